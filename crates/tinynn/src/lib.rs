@@ -1,0 +1,4 @@
+//! tinynn: toy's compute core. Buffers, kernels (quantized dot products, GEMM, attention,
+//! norms), and the ggml weight types. It knows nothing of language models.
+
+pub mod quant;

@@ -1,0 +1,1 @@
+//! Evaluation: teacher-forced scoring and perplexity.

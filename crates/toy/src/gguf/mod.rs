@@ -1,0 +1,1 @@
+//! GGUF files (spec: ggml `docs/gguf.md`): reading (memory-mapped) and writing.

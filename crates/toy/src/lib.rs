@@ -1,0 +1,10 @@
+//! toy: the library behind the `toy` binary. GGUF files, the tokenizer and chat template,
+//! the model families, inference (KV cache, sampler, generation) and evaluation.
+//! Everything here is synchronous; the server and the CLI drive it.
+
+pub mod chat_template;
+pub mod eval;
+pub mod gguf;
+pub mod infer;
+pub mod model;
+pub mod tokenizer;
