@@ -1,1 +1,12 @@
-//! GGUF files (spec: ggml `docs/gguf.md`): reading (memory-mapped) and writing.
+//! GGUF files (spec: ggml `docs/gguf.md`, versions 2 and 3, little-endian): reading
+//! (memory-mapped, every size bounded) and writing (llama.cpp's standard layout).
+
+mod error;
+mod reader;
+mod value;
+mod writer;
+
+pub use error::GgufError;
+pub use reader::{GgufFile, TensorInfo, DEFAULT_ALIGNMENT, MAX_ARRAY_DEPTH, MAX_DIMS};
+pub use value::{Value, ValueType};
+pub use writer::GgufWriter;

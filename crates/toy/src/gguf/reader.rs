@@ -1,0 +1,463 @@
+//! GGUF reader (spec: ggml `docs/gguf.md`, versions 2 and 3, little-endian).
+//!
+//! Layout: magic "GGUF", u32 version, u64 tensor count, u64 kv count, the kvs
+//! (string key, u32 type, value), the tensor infos (string name, u32 n_dims, u64 dims,
+//! u32 ggml type, u64 offset), zero padding to `general.alignment` (default 32), then the
+//! tensor data. The file is memory-mapped and every size in it is checked against the bytes
+//! that remain before anything is allocated, so a hostile file gives an error, not a panic
+//! or a huge allocation. All tensor ranges are validated at open, so `tensor_data` cannot fail.
+
+use std::collections::HashMap;
+use std::path::Path;
+
+use tinynn::quant::GgmlType;
+
+use super::error::{tensor_err, GgufError};
+use super::value::{Value, ValueType};
+
+/// The alignment used when `general.alignment` is absent.
+pub const DEFAULT_ALIGNMENT: u64 = 32;
+/// ggml's `GGML_MAX_DIMS`.
+pub const MAX_DIMS: usize = 4;
+/// Arrays of arrays deeper than this are rejected (real files nest at most once).
+pub const MAX_ARRAY_DEPTH: usize = 8;
+
+/// One tensor's description from the header.
+#[derive(Clone, Debug, PartialEq)]
+pub struct TensorInfo {
+    pub name: String,
+    /// ggml order: `dims[0]` is the row length (fastest-varying).
+    pub dims: Vec<u64>,
+    pub ty: GgmlType,
+    /// Byte offset relative to the start of the data section.
+    pub offset: u64,
+}
+
+impl TensorInfo {
+    /// Product of the dims (1 for a tensor with no dims). Saturates on overflow; the reader
+    /// and the writer reject such tensors, so it only saturates for hand-built infos.
+    pub fn n_elements(&self) -> u64 {
+        self.dims
+            .iter()
+            .try_fold(1u64, |acc, &d| acc.checked_mul(d))
+            .unwrap_or(u64::MAX)
+    }
+
+    /// Bytes of data; 0 when the element count is not a whole number of blocks.
+    pub fn n_bytes(&self) -> u64 {
+        self.ty.row_bytes(self.n_elements()).unwrap_or(0)
+    }
+}
+
+enum Backing {
+    Mmap(memmap2::Mmap),
+    Bytes(Vec<u8>),
+}
+
+/// A parsed GGUF file; the tensor data stays in the backing bytes.
+pub struct GgufFile {
+    pub version: u32,
+    /// In file order.
+    pub metadata: Vec<(String, Value)>,
+    /// In file order.
+    pub tensors: Vec<TensorInfo>,
+    pub alignment: u64,
+    /// Absolute file offset of the data section.
+    pub data_offset: u64,
+    backing: Backing,
+    kv_index: HashMap<String, usize>,
+    tensor_index: HashMap<String, usize>,
+}
+
+impl std::fmt::Debug for GgufFile {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("GgufFile")
+            .field("version", &self.version)
+            .field("n_metadata", &self.metadata.len())
+            .field("n_tensors", &self.tensors.len())
+            .field("alignment", &self.alignment)
+            .field("data_offset", &self.data_offset)
+            .field("len", &self.bytes().len())
+            .finish()
+    }
+}
+
+impl GgufFile {
+    /// Memory-maps and parses the file at `path`.
+    pub fn open(path: &Path) -> Result<Self, GgufError> {
+        let io = |source| GgufError::Io {
+            path: path.to_path_buf(),
+            source,
+        };
+        let file = std::fs::File::open(path).map_err(io)?;
+        let len = file.metadata().map_err(io)?.len();
+        let backing = if len == 0 {
+            Backing::Bytes(Vec::new()) // mapping an empty file fails on some platforms
+        } else {
+            // SAFETY: the map is read-only; like every mmap reader (llama.cpp included) we
+            // assume nobody truncates or rewrites the model file while it is open.
+            Backing::Mmap(unsafe { memmap2::Mmap::map(&file) }.map_err(io)?)
+        };
+        Self::parse(backing)
+    }
+
+    /// Parses a GGUF file held in memory.
+    pub fn from_bytes(bytes: Vec<u8>) -> Result<Self, GgufError> {
+        Self::parse(Backing::Bytes(bytes))
+    }
+
+    /// The whole file.
+    pub fn bytes(&self) -> &[u8] {
+        match &self.backing {
+            Backing::Mmap(m) => m,
+            Backing::Bytes(b) => b,
+        }
+    }
+
+    pub fn get(&self, key: &str) -> Option<&Value> {
+        self.kv_index.get(key).map(|&i| &self.metadata[i].1)
+    }
+    pub fn get_u64(&self, key: &str) -> Option<u64> {
+        self.get(key)?.as_u64()
+    }
+    pub fn get_f32(&self, key: &str) -> Option<f32> {
+        self.get(key)?.as_f32()
+    }
+    pub fn get_str(&self, key: &str) -> Option<&str> {
+        self.get(key)?.as_str()
+    }
+    pub fn get_bool(&self, key: &str) -> Option<bool> {
+        self.get(key)?.as_bool()
+    }
+
+    /// `general.architecture`, e.g. "llama".
+    pub fn architecture(&self) -> Option<&str> {
+        self.get_str("general.architecture")
+    }
+
+    pub fn tensor(&self, name: &str) -> Option<&TensorInfo> {
+        self.tensor_index.get(name).map(|&i| &self.tensors[i])
+    }
+
+    /// The raw bytes of tensor `t`. Infos from this file were range-checked at open; an info
+    /// that does not fit (one built by hand) yields an empty slice rather than a panic.
+    pub fn tensor_data(&self, t: &TensorInfo) -> &[u8] {
+        let range = self
+            .data_offset
+            .checked_add(t.offset)
+            .and_then(|s| Some((s, s.checked_add(t.n_bytes())?)));
+        match range {
+            Some((s, e)) => usize::try_from(s)
+                .ok()
+                .zip(usize::try_from(e).ok())
+                .and_then(|(s, e)| self.bytes().get(s..e))
+                .unwrap_or(&[]),
+            None => &[],
+        }
+    }
+
+    fn parse(backing: Backing) -> Result<Self, GgufError> {
+        let buf: &[u8] = match &backing {
+            Backing::Mmap(m) => m,
+            Backing::Bytes(b) => b,
+        };
+        let h = parse_header(buf)?;
+        Ok(GgufFile {
+            version: h.version,
+            metadata: h.metadata,
+            tensors: h.tensors,
+            alignment: h.alignment,
+            data_offset: h.data_offset,
+            kv_index: h.kv_index,
+            tensor_index: h.tensor_index,
+            backing,
+        })
+    }
+}
+
+struct Header {
+    version: u32,
+    metadata: Vec<(String, Value)>,
+    tensors: Vec<TensorInfo>,
+    alignment: u64,
+    data_offset: u64,
+    kv_index: HashMap<String, usize>,
+    tensor_index: HashMap<String, usize>,
+}
+
+fn parse_header(buf: &[u8]) -> Result<Header, GgufError> {
+    let mut c = Cursor { buf, pos: 0 };
+    let magic = c.take(4, "magic")?;
+    if magic != b"GGUF" {
+        return Err(GgufError::BadMagic {
+            found: magic.escape_ascii().to_string(),
+        });
+    }
+    let version = c.u32("version")?;
+    if version != 2 && version != 3 {
+        return Err(GgufError::UnsupportedVersion(version));
+    }
+    let n_tensors = c.u64("tensor count")?;
+    let n_kv = c.u64("kv count")?;
+    // A kv is at least an 8-byte key length, a 4-byte type and a 1-byte value; a tensor info
+    // at least an 8-byte name length, a 4-byte n_dims, a 4-byte type and an 8-byte offset.
+    c.check_count("kv", n_kv, 13)?;
+    c.check_count("tensor", n_tensors, 24)?;
+
+    // Counts are bounded by the file size; the capacity is capped further because the parsed
+    // structs are larger than their smallest on-disk form.
+    let cap = (n_kv as usize).min(1 << 12);
+    let mut metadata = Vec::with_capacity(cap);
+    let mut kv_index = HashMap::with_capacity(cap);
+    for i in 0..n_kv {
+        let at = c.pos as u64;
+        let key = c.string(&format!("key of kv {i}"))?;
+        let what = format!("value of '{key}'");
+        let ty = c.value_type(&what)?;
+        let value = c.value(ty, &what, 0)?;
+        if kv_index.insert(key.clone(), metadata.len()).is_some() {
+            return Err(GgufError::DuplicateKey { key, offset: at });
+        }
+        metadata.push((key, value));
+    }
+    let alignment = match kv_index.get("general.alignment").map(|&i| &metadata[i].1) {
+        None => DEFAULT_ALIGNMENT,
+        Some(Value::U32(a)) if *a != 0 && a.is_power_of_two() => u64::from(*a),
+        Some(v) => {
+            return Err(GgufError::BadMetadata {
+                key: "general.alignment".into(),
+                found: format!("{v:?}"),
+                expected: "a nonzero power of two of type u32".into(),
+            })
+        }
+    };
+
+    let cap = (n_tensors as usize).min(1 << 12);
+    let mut tensors = Vec::with_capacity(cap);
+    let mut tensor_index = HashMap::with_capacity(cap);
+    for i in 0..n_tensors {
+        let t = c.tensor_info(i, alignment)?;
+        if tensor_index.insert(t.name.clone(), tensors.len()).is_some() {
+            return Err(tensor_err(&t.name, "duplicate tensor name"));
+        }
+        tensors.push(t);
+    }
+    let data_offset = (c.pos as u64).div_ceil(alignment) * alignment;
+    let len = buf.len() as u64;
+    for t in &tensors {
+        let end = data_offset
+            .checked_add(t.offset)
+            .and_then(|s| Some((s, s.checked_add(t.n_bytes())?)));
+        match end {
+            Some((s, e)) if e <= len => debug_assert!(s <= e),
+            _ => {
+                let s = data_offset as u128 + t.offset as u128;
+                let msg = format!(
+                    "data [{s}, {}) past end of file ({len} bytes)",
+                    s + t.n_bytes() as u128
+                );
+                return Err(tensor_err(&t.name, msg));
+            }
+        }
+    }
+    Ok(Header {
+        version,
+        metadata,
+        tensors,
+        alignment,
+        data_offset,
+        kv_index,
+        tensor_index,
+    })
+}
+
+/// A bounds-checked little-endian reader over the file bytes.
+struct Cursor<'b> {
+    buf: &'b [u8],
+    pos: usize,
+}
+
+impl<'b> Cursor<'b> {
+    fn remaining(&self) -> u64 {
+        (self.buf.len() - self.pos) as u64
+    }
+
+    fn take(&mut self, n: u64, what: &str) -> Result<&'b [u8], GgufError> {
+        if n > self.remaining() {
+            return Err(GgufError::Truncated {
+                offset: self.pos as u64,
+                need: n,
+                what: what.to_string(),
+                len: self.buf.len() as u64,
+            });
+        }
+        let s = &self.buf[self.pos..self.pos + n as usize];
+        self.pos += n as usize;
+        Ok(s)
+    }
+
+    fn array<const N: usize>(&mut self, what: &str) -> Result<[u8; N], GgufError> {
+        let s = self.take(N as u64, what)?;
+        Ok(s.try_into().expect("take returned N bytes"))
+    }
+    fn u8(&mut self, what: &str) -> Result<u8, GgufError> {
+        Ok(self.array::<1>(what)?[0])
+    }
+    fn u32(&mut self, what: &str) -> Result<u32, GgufError> {
+        Ok(u32::from_le_bytes(self.array(what)?))
+    }
+    fn u64(&mut self, what: &str) -> Result<u64, GgufError> {
+        Ok(u64::from_le_bytes(self.array(what)?))
+    }
+
+    /// Fails unless `count` items of at least `min_size` bytes each fit in what remains.
+    fn check_count(&self, what: &str, count: u64, min_size: u64) -> Result<(), GgufError> {
+        let max = self.remaining() / min_size;
+        if count > max {
+            return Err(GgufError::CountTooLarge {
+                what: what.to_string(),
+                count,
+                offset: self.pos as u64,
+                remaining: self.remaining(),
+                max,
+            });
+        }
+        Ok(())
+    }
+
+    fn string(&mut self, what: &str) -> Result<String, GgufError> {
+        let n = self.u64(what)?;
+        let at = self.pos as u64;
+        let bytes = self.take(n, what)?;
+        match std::str::from_utf8(bytes) {
+            Ok(s) => Ok(s.to_string()),
+            Err(_) => Err(GgufError::BadUtf8 {
+                what: what.to_string(),
+                offset: at,
+            }),
+        }
+    }
+
+    fn value_type(&mut self, what: &str) -> Result<ValueType, GgufError> {
+        let at = self.pos as u64;
+        let id = self.u32(what)?;
+        ValueType::from_id(id).ok_or_else(|| GgufError::BadValueType {
+            what: what.to_string(),
+            id,
+            offset: at,
+        })
+    }
+
+    fn value(&mut self, ty: ValueType, what: &str, depth: usize) -> Result<Value, GgufError> {
+        Ok(match ty {
+            ValueType::U8 => Value::U8(self.u8(what)?),
+            ValueType::I8 => Value::I8(i8::from_le_bytes(self.array(what)?)),
+            ValueType::U16 => Value::U16(u16::from_le_bytes(self.array(what)?)),
+            ValueType::I16 => Value::I16(i16::from_le_bytes(self.array(what)?)),
+            ValueType::U32 => Value::U32(self.u32(what)?),
+            ValueType::I32 => Value::I32(i32::from_le_bytes(self.array(what)?)),
+            ValueType::F32 => Value::F32(f32::from_le_bytes(self.array(what)?)),
+            ValueType::U64 => Value::U64(self.u64(what)?),
+            ValueType::I64 => Value::I64(i64::from_le_bytes(self.array(what)?)),
+            ValueType::F64 => Value::F64(f64::from_le_bytes(self.array(what)?)),
+            ValueType::Bool => {
+                let at = self.pos as u64;
+                match self.u8(what)? {
+                    0 => Value::Bool(false),
+                    1 => Value::Bool(true),
+                    found => {
+                        let what = what.to_string();
+                        return Err(GgufError::BadBool {
+                            what,
+                            found,
+                            offset: at,
+                        });
+                    }
+                }
+            }
+            ValueType::String => Value::String(self.string(what)?),
+            ValueType::Array => {
+                if depth >= MAX_ARRAY_DEPTH {
+                    return Err(GgufError::TooDeep {
+                        what: what.to_string(),
+                        max: MAX_ARRAY_DEPTH,
+                        offset: self.pos as u64,
+                    });
+                }
+                let elem = self.value_type(what)?;
+                let n = self.u64(what)?;
+                self.check_count(&format!("array element ({what})"), n, elem.min_size())?;
+                // Bounded by the file size above; capped further because a Value is larger
+                // than the smallest element, and real data grows the Vec as it is parsed.
+                let mut items = Vec::with_capacity((n as usize).min(1 << 16));
+                for _ in 0..n {
+                    items.push(self.value(elem, what, depth + 1)?);
+                }
+                Value::Array(elem, items)
+            }
+        })
+    }
+
+    fn tensor_info(&mut self, i: u64, alignment: u64) -> Result<TensorInfo, GgufError> {
+        let name = self.string(&format!("name of tensor {i}"))?;
+        let what = format!("info of tensor '{name}'");
+        let n_dims = self.u32(&what)?;
+        if n_dims as usize > MAX_DIMS {
+            return Err(tensor_err(
+                &name,
+                format!("{n_dims} dims: expected at most {MAX_DIMS}"),
+            ));
+        }
+        let mut dims = Vec::with_capacity(n_dims as usize);
+        for _ in 0..n_dims {
+            dims.push(self.u64(&what)?);
+        }
+        let id = self.u32(&what)?;
+        let ty = GgmlType::from_id(id)
+            .ok_or_else(|| tensor_err(&name, format!("unknown ggml type id {id}")))?;
+        let offset = self.u64(&what)?;
+        check_shape(&name, &dims, ty)?;
+        if offset % alignment != 0 {
+            let msg = format!("data offset {offset} not a multiple of alignment {alignment}");
+            return Err(tensor_err(&name, msg));
+        }
+        Ok(TensorInfo {
+            name,
+            dims,
+            ty,
+            offset,
+        })
+    }
+}
+
+/// Checks that the element count fits ggml's int64 and rows are whole blocks. Shared with
+/// the writer so that it never writes what the reader would refuse.
+pub(crate) fn check_shape(name: &str, dims: &[u64], ty: GgmlType) -> Result<(), GgufError> {
+    if dims.len() > MAX_DIMS {
+        let msg = format!("{} dims: expected at most {MAX_DIMS}", dims.len());
+        return Err(tensor_err(name, msg));
+    }
+    let n = dims.iter().try_fold(1u64, |acc, &d| acc.checked_mul(d));
+    let n = match n {
+        Some(n) if n <= i64::MAX as u64 => n,
+        _ => {
+            return Err(tensor_err(
+                name,
+                format!("element count of dims {dims:?} overflows"),
+            ))
+        }
+    };
+    let row = dims.first().copied().unwrap_or(1);
+    let bs = ty.block_size() as u64;
+    if row % bs != 0 {
+        let msg = format!("row length {row} not a multiple of {ty} block size {bs}");
+        return Err(tensor_err(name, msg));
+    }
+    if ty.row_bytes(n).is_none() {
+        return Err(tensor_err(
+            name,
+            format!("byte size of dims {dims:?} overflows"),
+        ));
+    }
+    Ok(())
+}
