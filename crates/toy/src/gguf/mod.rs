@@ -1,10 +1,14 @@
 //! GGUF files (spec: ggml `docs/gguf.md`, versions 2 and 3, little-endian): reading
 //! (memory-mapped, every size bounded) and writing (llama.cpp's standard layout).
 
+mod cursor;
 mod error;
 mod reader;
 mod value;
 mod writer;
+
+#[cfg(test)]
+mod tests;
 
 pub use error::GgufError;
 pub use reader::{GgufFile, TensorInfo, DEFAULT_ALIGNMENT, MAX_ARRAY_DEPTH, MAX_DIMS};
