@@ -1,1 +1,260 @@
-//! Chat templates (`tokenizer.chat_template`, Jinja) rendered with `minijinja`.
+//! Chat templates: the Jinja source in GGUF `tokenizer.chat_template`, rendered with
+//! `minijinja` the way Hugging Face `transformers` renders them (`apply_chat_template`):
+//! `trim_blocks` and `lstrip_blocks` on, trailing newlines kept, Python string methods
+//! (`.strip()`, `.startswith()`, ...) through `minijinja_contrib::pycompat`, a
+//! `raise_exception` function, and `tojson` printing as Python's `json.dumps` does.
+
+use minijinja::value::{Kwargs, ValueKind};
+use minijinja::{context, Environment, Error, ErrorKind, Value};
+
+const NAME: &str = "chat_template";
+
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct ChatMessage {
+    pub role: String,
+    pub content: String,
+}
+
+impl ChatMessage {
+    pub fn new(role: impl Into<String>, content: impl Into<String>) -> Self {
+        Self {
+            role: role.into(),
+            content: content.into(),
+        }
+    }
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum TemplateError {
+    #[error("model has no chat template (tokenizer.chat_template); pass one with --chat-template")]
+    Missing,
+    #[error("chat template does not parse: {0}")]
+    Syntax(String),
+    #[error("chat template failed to render: {0}")]
+    Render(String),
+}
+
+/// minijinja's message with its detail (e.g. the `raise_exception` text) and location.
+fn describe(e: &Error) -> String {
+    let mut msg = e.to_string();
+    if let Some(detail) = e.detail() {
+        if !msg.contains(detail) {
+            msg = format!("{msg}: {detail}");
+        }
+    }
+    msg
+}
+
+pub struct ChatTemplate {
+    env: Environment<'static>,
+    bos_token: String,
+    eos_token: String,
+}
+
+impl ChatTemplate {
+    /// Compiles `source`; a syntax error is reported here rather than at render time.
+    pub fn new(source: &str, bos_token: &str, eos_token: &str) -> Result<Self, TemplateError> {
+        let mut env = Environment::new();
+        env.set_keep_trailing_newline(true);
+        env.set_trim_blocks(true);
+        env.set_lstrip_blocks(true);
+        env.set_unknown_method_callback(minijinja_contrib::pycompat::unknown_method_callback);
+        env.add_function("raise_exception", raise_exception);
+        env.add_filter("tojson", tojson);
+        env.add_template_owned(NAME, source.to_string())
+            .map_err(|e| TemplateError::Syntax(describe(&e)))?;
+        Ok(Self {
+            env,
+            bos_token: bos_token.to_string(),
+            eos_token: eos_token.to_string(),
+        })
+    }
+
+    /// The template from `source` if there is one (an override, or the model's), else
+    /// [`TemplateError::Missing`].
+    pub fn from_source(
+        source: Option<&str>,
+        bos_token: &str,
+        eos_token: &str,
+    ) -> Result<Self, TemplateError> {
+        Self::new(source.ok_or(TemplateError::Missing)?, bos_token, eos_token)
+    }
+
+    /// The model's `tokenizer.chat_template` (or `override_source`), with the bos/eos token
+    /// texts taken from the vocabulary.
+    pub fn from_gguf(
+        f: &crate::gguf::GgufFile,
+        override_source: Option<&str>,
+    ) -> Result<Self, TemplateError> {
+        let source = override_source.or_else(|| f.get_str("tokenizer.chat_template"));
+        let token_text = |key: &str| -> String {
+            let tokens = f.get("tokenizer.ggml.tokens").and_then(|v| v.as_array());
+            let id = f.get_u64(key).and_then(|id| usize::try_from(id).ok());
+            match (tokens, id) {
+                (Some(tokens), Some(id)) => tokens.get(id).and_then(|t| t.as_str()).unwrap_or(""),
+                _ => "",
+            }
+            .to_string()
+        };
+        let bos = token_text("tokenizer.ggml.bos_token_id");
+        let eos = token_text("tokenizer.ggml.eos_token_id");
+        Self::from_source(source, &bos, &eos)
+    }
+
+    /// The prompt text for `messages`; with `add_generation_prompt` it ends where the
+    /// assistant's reply should begin.
+    pub fn render(
+        &self,
+        messages: &[ChatMessage],
+        add_generation_prompt: bool,
+    ) -> Result<String, TemplateError> {
+        let tmpl = self
+            .env
+            .get_template(NAME)
+            .map_err(|e| TemplateError::Render(describe(&e)))?;
+        let ctx = context! {
+            messages => messages,
+            add_generation_prompt => add_generation_prompt,
+            bos_token => self.bos_token,
+            eos_token => self.eos_token,
+        };
+        tmpl.render(ctx)
+            .map_err(|e| TemplateError::Render(describe(&e)))
+    }
+}
+
+/// HF templates call `raise_exception('...')` to reject a conversation they cannot format.
+fn raise_exception(msg: String) -> Result<Value, Error> {
+    Err(Error::new(ErrorKind::InvalidOperation, msg))
+}
+
+/// `tojson` as transformers defines it: `json.dumps(x, ensure_ascii=False, indent=indent)`,
+/// so `{"a": 1, "b": [1, 2]}` with Python's separators (minijinja's own `tojson` is compact
+/// and HTML-escapes). Keys come in minijinja's map order, which is sorted.
+fn tojson(value: &Value, kwargs: Kwargs) -> Result<Value, Error> {
+    let indent: Option<usize> = kwargs.get("indent")?;
+    kwargs.assert_all_used()?;
+    let mut out = String::new();
+    write_json(&mut out, value, indent, 0)?;
+    Ok(Value::from(out))
+}
+
+fn write_json(
+    out: &mut String,
+    v: &Value,
+    indent: Option<usize>,
+    depth: usize,
+) -> Result<(), Error> {
+    let newline = |out: &mut String, depth: usize| {
+        if let Some(n) = indent {
+            out.push('\n');
+            out.push_str(&" ".repeat(n * depth));
+        }
+    };
+    let item_sep = if indent.is_some() { "," } else { ", " };
+    match v.kind() {
+        ValueKind::Undefined | ValueKind::None => out.push_str("null"),
+        ValueKind::Bool => out.push_str(if v.is_true() { "true" } else { "false" }),
+        ValueKind::Number => out.push_str(&v.to_string()),
+        ValueKind::String => {
+            let s = v.as_str().unwrap_or_default();
+            out.push_str(&serde_json::to_string(s).map_err(json_error)?);
+        }
+        ValueKind::Seq | ValueKind::Iterable => {
+            let items: Vec<Value> = v.try_iter()?.collect();
+            out.push('[');
+            for (i, item) in items.iter().enumerate() {
+                out.push_str(if i > 0 { item_sep } else { "" });
+                newline(out, depth + 1);
+                write_json(out, item, indent, depth + 1)?;
+            }
+            if !items.is_empty() {
+                newline(out, depth);
+            }
+            out.push(']');
+        }
+        ValueKind::Map => {
+            let keys: Vec<Value> = v.try_iter()?.collect();
+            out.push('{');
+            for (i, key) in keys.iter().enumerate() {
+                out.push_str(if i > 0 { item_sep } else { "" });
+                newline(out, depth + 1);
+                let key_text = key.as_str().map_or_else(|| key.to_string(), str::to_string);
+                out.push_str(&serde_json::to_string(&key_text).map_err(json_error)?);
+                out.push_str(": ");
+                write_json(out, &v.get_item(key)?, indent, depth + 1)?;
+            }
+            if !keys.is_empty() {
+                newline(out, depth);
+            }
+            out.push('}');
+        }
+        _ => {
+            let s = v.to_string();
+            out.push_str(&serde_json::to_string(&s).map_err(json_error)?);
+        }
+    }
+    Ok(())
+}
+
+fn json_error(e: serde_json::Error) -> Error {
+    Error::new(ErrorKind::BadSerialization, e.to_string())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn render(src: &str, messages: &[ChatMessage]) -> Result<String, TemplateError> {
+        ChatTemplate::new(src, "<s>", "</s>")?.render(messages, true)
+    }
+
+    #[test]
+    fn python_string_methods_work() {
+        let src = "{{ messages[0].content.strip().upper() }}{% if messages[0].content.startswith(' hi') %}!{% endif %}";
+        assert_eq!(
+            render(src, &[ChatMessage::new("user", " hi \n")]).unwrap(),
+            "HI!"
+        );
+    }
+
+    #[test]
+    fn blocks_are_trimmed_and_trailing_newline_kept() {
+        let src =
+            "{% for m in messages %}\n  {% if true %}\n{{ m.role }}\n  {% endif %}\n{% endfor %}\n";
+        let out = render(src, &[ChatMessage::new("user", "x")]).unwrap();
+        assert_eq!(out, "user\n");
+    }
+
+    #[test]
+    fn raise_exception_is_a_render_error_with_its_message() {
+        let src = "{{ raise_exception('roles must alternate') }}";
+        let err = render(src, &[]).expect_err("must fail");
+        assert!(matches!(err, TemplateError::Render(_)));
+        assert!(err.to_string().contains("roles must alternate"), "{err}");
+    }
+
+    #[test]
+    fn tojson_prints_like_python_json_dumps() {
+        let src = "{{ {'a': [true, none, 'x\"y'], 'b': 1} | tojson }}|{{ [1] | tojson(indent=2) }}";
+        let want = "{\"a\": [true, null, \"x\\\"y\"], \"b\": 1}|[\n  1\n]";
+        assert_eq!(render(src, &[]).unwrap(), want);
+    }
+
+    #[test]
+    fn bos_and_eos_tokens_are_in_scope() {
+        assert_eq!(
+            render("{{ bos_token }}{{ eos_token }}", &[]).unwrap(),
+            "<s></s>"
+        );
+    }
+
+    #[test]
+    fn missing_source_is_missing() {
+        let err = ChatTemplate::from_source(None, "", "")
+            .err()
+            .expect("must fail");
+        assert!(matches!(err, TemplateError::Missing));
+        assert!(err.to_string().contains("--chat-template"));
+    }
+}

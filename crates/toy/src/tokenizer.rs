@@ -1,1 +1,0 @@
-//! Tokenizer built from GGUF `tokenizer.ggml.*` metadata, on the `tokenizers` crate.
