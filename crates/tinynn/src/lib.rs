@@ -1,4 +1,5 @@
 //! tinynn: toy's compute core. Buffers, kernels (quantized dot products, GEMM, attention,
 //! norms), and the ggml weight types. It knows nothing of language models.
 
+pub mod kernels;
 pub mod quant;

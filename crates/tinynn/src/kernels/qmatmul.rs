@@ -1,0 +1,341 @@
+//! Matrix products against weights stored in any ggml type, without a whole-matrix f32 copy.
+//!
+//! A weight matrix is N rows of K elements (GGUF dims `[K, N]`), each row quantized on its own.
+//! Decode (one token) streams each row once: dequantize it into a per-thread scratch row and
+//! take the dot product. Prefill (T tokens) dequantizes a panel of rows into scratch and hands
+//! the panel to the `gemm` crate, so each weight is decoded once per batch, not once per token.
+//! Rows are split across the rayon pool.
+
+use super::act_quant::{block_mins, has_min_term, q8_1_sum_corrections, round_for, vec_dot_type};
+use super::dot::dot;
+use crate::quant::{can_dequantize, dequantize, GgmlType};
+use rayon::prelude::*;
+use std::cell::RefCell;
+
+/// A borrowed weight matrix: `rows` (N) rows of `cols` (K) elements in type `ty`.
+#[derive(Clone, Copy, Debug)]
+pub struct QMat<'a> {
+    pub ty: GgmlType,
+    pub rows: usize,
+    pub cols: usize,
+    pub data: &'a [u8],
+}
+
+/// Why a byte slice cannot be used as a weight matrix.
+#[derive(Debug, thiserror::Error)]
+pub enum QMatError {
+    #[error("weight type {0} has no dequantizer")]
+    Unsupported(GgmlType),
+    #[error("{ty} row of {cols} elements is not a whole number of blocks")]
+    NotWholeBlocks { ty: GgmlType, cols: usize },
+    #[error("{rows}x{cols} {ty} matrix needs {expected} bytes, got {got}")]
+    ByteLength {
+        ty: GgmlType,
+        rows: usize,
+        cols: usize,
+        expected: usize,
+        got: usize,
+    },
+}
+
+impl<'a> QMat<'a> {
+    pub fn new(ty: GgmlType, rows: usize, cols: usize, data: &'a [u8]) -> Result<Self, QMatError> {
+        if !can_dequantize(ty) {
+            return Err(QMatError::Unsupported(ty));
+        }
+        let row = ty
+            .row_bytes(cols as u64)
+            .ok_or(QMatError::NotWholeBlocks { ty, cols })? as usize;
+        let expected = row * rows;
+        if data.len() != expected {
+            return Err(QMatError::ByteLength {
+                ty,
+                rows,
+                cols,
+                expected,
+                got: data.len(),
+            });
+        }
+        Ok(Self {
+            ty,
+            rows,
+            cols,
+            data,
+        })
+    }
+
+    pub fn row_bytes(&self) -> usize {
+        self.data.len() / self.rows.max(1)
+    }
+
+    /// The bytes of row `r`.
+    pub fn row(&self, r: usize) -> &'a [u8] {
+        let rb = self.row_bytes();
+        &self.data[r * rb..(r + 1) * rb]
+    }
+
+    /// Dequantize row `r` into `out` (`cols` elements).
+    pub fn dequantize_row(&self, r: usize, out: &mut [f32]) {
+        // The matrix was validated in `new`, so this cannot fail.
+        dequantize(self.ty, self.row(r), &mut out[..self.cols]).expect("validated QMat");
+    }
+}
+
+thread_local! {
+    static SCRATCH: RefCell<Vec<f32>> = const { RefCell::new(Vec::new()) };
+}
+
+fn with_scratch<R>(len: usize, f: impl FnOnce(&mut [f32]) -> R) -> R {
+    SCRATCH.with(|s| {
+        let mut s = s.borrow_mut();
+        if s.len() < len {
+            s.resize(len, 0.0);
+        }
+        f(&mut s[..len])
+    })
+}
+
+thread_local! {
+    static XQ: RefCell<(Vec<f32>, Vec<f32>)> = const { RefCell::new((Vec::new(), Vec::new())) };
+}
+
+/// Run `f` on `x` rounded as llama.cpp rounds activations for weights of type `ty`, and the
+/// per-block min-term corrections for Q4_1 / Q5_1 (see `act_quant`; empty otherwise).
+fn with_rounded<R>(ty: GgmlType, x: &[f32], k: usize, f: impl FnOnce(&[f32], &[f32]) -> R) -> R {
+    if vec_dot_type(ty).is_none() {
+        return f(x, &[]);
+    }
+    XQ.with(|buf| {
+        let (xr, corr) = &mut *buf.borrow_mut();
+        corr.clear();
+        if has_min_term(ty) && k.is_multiple_of(32) {
+            q8_1_sum_corrections(x, corr);
+        }
+        xr.clear();
+        xr.extend_from_slice(x);
+        round_for(ty, xr, k);
+        f(xr, corr)
+    })
+}
+
+/// `y = W x`: x (K) -> y (N).
+pub fn matvec(w: &QMat, x: &[f32], y: &mut [f32]) {
+    assert_eq!(x.len(), w.cols, "matvec input width");
+    assert_eq!(y.len(), w.rows, "matvec output height");
+    with_rounded(w.ty, x, w.cols, |x, corr| matvec_exact(w, x, corr, y))
+}
+
+/// `y = W x` on `x` as given, plus the min-term corrections `corr` (K/32) if any.
+fn matvec_exact(w: &QMat, x: &[f32], corr: &[f32], y: &mut [f32]) {
+    let chunk = (w.rows / (rayon::current_num_threads() * 4)).clamp(8, 256);
+    let nb = corr.len();
+    y.par_chunks_mut(chunk).enumerate().for_each(|(c, ys)| {
+        with_scratch(w.cols + nb, |buf| {
+            let (row, mins) = buf.split_at_mut(w.cols);
+            for (i, yi) in ys.iter_mut().enumerate() {
+                let r = c * chunk + i;
+                w.dequantize_row(r, row);
+                *yi = dot(row, x);
+                if nb > 0 {
+                    block_mins(w.ty, w.row(r), mins);
+                    *yi += dot(mins, corr);
+                }
+            }
+        })
+    });
+}
+
+/// Raw pointer that may cross into rayon tasks writing disjoint columns.
+#[derive(Clone, Copy)]
+struct OutPtr(*mut f32);
+unsafe impl Send for OutPtr {}
+unsafe impl Sync for OutPtr {}
+
+impl OutPtr {
+    /// A method call captures the whole wrapper (not its raw field) in closures.
+    fn at(self, i: usize) -> *mut f32 {
+        self.0.wrapping_add(i)
+    }
+}
+
+/// `Y = X W^T`: X (T, K) -> Y (T, N), row-major.
+pub fn matmul(w: &QMat, x: &[f32], t: usize, y: &mut [f32]) {
+    let (n, k) = (w.rows, w.cols);
+    assert_eq!(x.len(), t * k, "matmul input is (T, K)");
+    assert_eq!(y.len(), t * n, "matmul output is (T, N)");
+    if t == 1 {
+        return matvec(w, x, y);
+    }
+    with_rounded(w.ty, x, k, |x, corr| matmul_exact(w, x, corr, t, y))
+}
+
+/// `Y = X W^T` on `X` as given, plus corrections `corr` (T, K/32) times the block mins.
+fn matmul_exact(w: &QMat, x: &[f32], corr: &[f32], t: usize, y: &mut [f32]) {
+    let (n, k) = (w.rows, w.cols);
+    let panel = (n / (rayon::current_num_threads() * 4)).clamp(16, 128);
+    let out = OutPtr(y.as_mut_ptr());
+    (0..n.div_ceil(panel)).into_par_iter().for_each(|p| {
+        let r0 = p * panel;
+        let rows = panel.min(n - r0);
+        let nb = corr.len() / t;
+        with_scratch(rows * (k + nb), |buf| {
+            let (buf, mins) = buf.split_at_mut(rows * k);
+            for r in 0..rows {
+                w.dequantize_row(r0 + r, &mut buf[r * k..(r + 1) * k]);
+            }
+            // SAFETY: dst covers Y[0..t, r0..r0+rows] (row stride n), which lies inside y and is
+            // written by this task only; lhs is X (T, K) row-major; rhs(kk, j) = buf[j*k + kk].
+            unsafe { gemm_panel(out.at(r0), n, x, buf, t, rows, k, false) };
+            if nb > 0 {
+                for r in 0..rows {
+                    block_mins(w.ty, w.row(r0 + r), &mut mins[r * nb..(r + 1) * nb]);
+                }
+                // SAFETY: as above, with lhs corr (T, K/32) and rhs the mins (rows, K/32).
+                unsafe { gemm_panel(out.at(r0), n, corr, mins, t, rows, nb, true) };
+            }
+        })
+    });
+}
+
+/// dst (T, rows; row stride `ldd`) (+)= lhs (T, K) * rhs^T, rhs (rows, K) row-major.
+///
+/// # Safety
+/// `dst` must be valid for writes at `i * ldd + j` for i < t, j < rows, and no other thread
+/// may touch those elements during the call.
+#[allow(clippy::too_many_arguments)]
+unsafe fn gemm_panel(
+    dst: *mut f32,
+    ldd: usize,
+    lhs: &[f32],
+    rhs: &[f32],
+    t: usize,
+    rows: usize,
+    k: usize,
+    accumulate: bool,
+) {
+    gemm::gemm(
+        t,
+        rows,
+        k,
+        dst,
+        1,
+        ldd as isize,
+        accumulate,
+        lhs.as_ptr(),
+        1,
+        k as isize,
+        rhs.as_ptr(),
+        k as isize,
+        1,
+        if accumulate { 1.0 } else { 0.0 },
+        1.0,
+        false,
+        false,
+        false,
+        gemm::Parallelism::None,
+    )
+}
+
+/// Reference: dequantize everything and multiply sequentially.
+pub fn matmul_ref(w: &QMat, x: &[f32], t: usize) -> Vec<f32> {
+    let (n, k) = (w.rows, w.cols);
+    let mut corr = Vec::new();
+    if has_min_term(w.ty) {
+        q8_1_sum_corrections(x, &mut corr);
+    }
+    let nb = k / 32;
+    let mut mins = vec![0f32; nb];
+    let mut x = x.to_vec();
+    round_for(w.ty, &mut x, k);
+    let mut row = vec![0f32; k];
+    let mut y = vec![0f32; t * n];
+    for r in 0..n {
+        w.dequantize_row(r, &mut row);
+        for i in 0..t {
+            y[i * n + r] = super::dot::dot_ref(&row, &x[i * k..(i + 1) * k]);
+            if !corr.is_empty() {
+                block_mins(w.ty, w.row(r), &mut mins);
+                y[i * n + r] += super::dot::dot_ref(&mins, &corr[i * nb..(i + 1) * nb]);
+            }
+        }
+    }
+    y
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::quant::quantize;
+
+    fn data(n: usize, seed: u64) -> Vec<f32> {
+        let mut s = seed.wrapping_mul(0x9E3779B97F4A7C15) | 1;
+        (0..n)
+            .map(|_| {
+                s ^= s << 13;
+                s ^= s >> 7;
+                s ^= s << 17;
+                ((s >> 40) as f32 / (1u64 << 24) as f32) * 2.0 - 1.0
+            })
+            .collect()
+    }
+
+    fn check(ty: GgmlType, n: usize, k: usize, t: usize) {
+        let wf = data(n * k, 1);
+        let rb = ty.row_bytes(k as u64).unwrap() as usize;
+        let mut bytes = vec![0u8; rb * n];
+        for r in 0..n {
+            quantize(
+                ty,
+                &wf[r * k..(r + 1) * k],
+                &mut bytes[r * rb..(r + 1) * rb],
+            )
+            .unwrap();
+        }
+        let w = QMat::new(ty, n, k, &bytes).unwrap();
+        let x = data(t * k, 2);
+        let mut y = vec![0f32; t * n];
+        matmul(&w, &x, t, &mut y);
+        let want = matmul_ref(&w, &x, t);
+        for (i, (a, b)) in y.iter().zip(&want).enumerate() {
+            assert!(
+                (a - b).abs() <= 1e-3 * (1.0 + b.abs()),
+                "{ty} n={n} k={k} t={t} i={i}: {a} vs {b}"
+            );
+        }
+    }
+
+    #[test]
+    fn matvec_and_matmul_match_reference_on_edge_shapes() {
+        for ty in [
+            GgmlType::F32,
+            GgmlType::Q8_0,
+            GgmlType::Q4_1,
+            GgmlType::Q4_0,
+        ] {
+            for (n, k, t) in [
+                (1, 32, 1),
+                (7, 576, 1),
+                (33, 576, 3),
+                (200, 64, 17),
+                (129, 1536, 2),
+            ] {
+                check(ty, n, k, t);
+            }
+        }
+        check(GgmlType::Q4_K, 19, 512, 5);
+        check(GgmlType::Q6_K, 19, 256, 1);
+    }
+
+    #[test]
+    fn new_rejects_wrong_sizes() {
+        let bytes = vec![0u8; 20 * 18];
+        assert!(matches!(
+            QMat::new(GgmlType::Q4_1, 2, 576, &bytes),
+            Err(QMatError::ByteLength { .. })
+        ));
+        assert!(matches!(
+            QMat::new(GgmlType::Q4_K, 1, 576, &bytes),
+            Err(QMatError::NotWholeBlocks { .. })
+        ));
+    }
+}
