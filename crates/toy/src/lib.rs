@@ -7,4 +7,5 @@ pub mod eval;
 pub mod gguf;
 pub mod infer;
 pub mod model;
+pub mod quantize;
 pub mod tokenizer;

@@ -1,1 +1,4 @@
 //! Evaluation: teacher-forced scoring and perplexity.
+
+pub mod perplexity;
+pub mod score;

@@ -1,1 +1,5 @@
-//! Inference: KV cache, sampler, generation.
+//! Inference: the KV cache, the sampler, and the generation loop.
+
+pub mod generate;
+pub mod kv_cache;
+pub mod sampler;

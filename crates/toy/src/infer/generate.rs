@@ -1,0 +1,217 @@
+//! The generation loop: prefill the prompt in batches, then decode one token at a time,
+//! streaming text that is never broken UTF-8 and never shows a stop string. Ends on an
+//! end-of-generation token, a stop string, `max_tokens`, or a full context.
+
+use super::sampler::{Sampler, SamplerConfig};
+use crate::model::{Logits, Model, ModelError, State};
+use crate::tokenizer::Tokenizer;
+use std::time::Instant;
+
+#[derive(Clone, Debug)]
+pub struct GenerateOptions {
+    pub max_tokens: usize,
+    pub stop: Vec<String>,
+    pub sampler: SamplerConfig,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum FinishReason {
+    /// An end-of-generation token or a stop string.
+    Stop,
+    /// `max_tokens` reached, or the context is full.
+    Length,
+}
+
+#[derive(Clone, Debug, serde::Serialize)]
+pub struct Generation {
+    pub prompt_tokens: usize,
+    pub tokens: Vec<u32>,
+    pub text: String,
+    pub finish_reason: FinishReason,
+    pub prefill_ms: f64,
+    pub decode_ms: f64,
+}
+
+impl Generation {
+    pub fn prefill_tok_s(&self) -> f64 {
+        self.prompt_tokens as f64 / (self.prefill_ms / 1e3).max(1e-9)
+    }
+    /// Decode speed over the tokens after the first (the first comes from prefill).
+    pub fn decode_tok_s(&self) -> f64 {
+        self.tokens.len().saturating_sub(1) as f64 / (self.decode_ms / 1e3).max(1e-9)
+    }
+}
+
+/// Text held back until it can no longer turn into a stop string.
+struct StopFilter<'a> {
+    stops: &'a [String],
+    text: String,
+    emitted: usize,
+}
+
+impl StopFilter<'_> {
+    /// Add text; return what may be shown now, and whether a stop string was hit.
+    fn push(&mut self, piece: &str) -> (String, bool) {
+        let from = self.emitted;
+        self.text.push_str(piece);
+        let search_from =
+            from.saturating_sub(self.stops.iter().map(|s| s.len()).max().unwrap_or(0));
+        let search_from = (0..=search_from)
+            .rev()
+            .find(|&i| self.text.is_char_boundary(i))
+            .unwrap_or(0);
+        let hit = self
+            .stops
+            .iter()
+            .filter(|s| !s.is_empty())
+            .filter_map(|s| {
+                self.text[search_from..]
+                    .find(s.as_str())
+                    .map(|i| i + search_from)
+            })
+            .min();
+        if let Some(end) = hit {
+            self.text.truncate(end);
+            let out = self.text[from.min(end)..].to_string();
+            self.emitted = self.text.len();
+            return (out, true);
+        }
+        // Hold back the longest tail that is a prefix of some stop string.
+        let mut keep = 0;
+        for s in self.stops {
+            for n in (1..s.len().min(self.text.len() - from + 1)).rev() {
+                if s.is_char_boundary(n) && self.text.ends_with(&s[..n]) {
+                    keep = keep.max(n);
+                    break;
+                }
+            }
+        }
+        let upto = self.text.len() - keep;
+        let out = self.text[from..upto].to_string();
+        self.emitted = upto;
+        (out, false)
+    }
+
+    fn finish(&mut self) -> String {
+        let out = self.text[self.emitted..].to_string();
+        self.emitted = self.text.len();
+        out
+    }
+}
+
+/// Generate after `prompt` (token ids), fed after what `state` already holds; `on_text` receives each
+/// piece of visible text as soon as it is final.
+pub fn generate(
+    model: &Model,
+    state: &mut State,
+    tok: &Tokenizer,
+    prompt: &[u32],
+    opts: &GenerateOptions,
+    mut on_text: impl FnMut(&str),
+) -> Result<Generation, ModelError> {
+    let ctx = state.cache.ctx;
+    if state.pos() + prompt.len() >= ctx {
+        return Err(ModelError::ContextOverflow {
+            pos: state.pos(),
+            n: prompt.len() + 1,
+            ctx,
+        });
+    }
+    let mut sampler = Sampler::new(opts.sampler.clone());
+    prompt.iter().for_each(|&t| sampler.accept(t));
+    let t0 = Instant::now();
+    let mut logits = model.forward(state, prompt, Logits::Last)?.to_vec();
+    let prefill_ms = t0.elapsed().as_secs_f64() * 1e3;
+    let t1 = Instant::now();
+    let mut dec = tok.stream_decoder();
+    let mut filter = StopFilter {
+        stops: &opts.stop,
+        text: String::new(),
+        emitted: 0,
+    };
+    let mut tokens = Vec::new();
+    let mut finish = FinishReason::Length;
+    while tokens.len() < opts.max_tokens {
+        let id = sampler.sample(&logits);
+        if tok.is_eog(id) {
+            finish = FinishReason::Stop;
+            break;
+        }
+        tokens.push(id);
+        sampler.accept(id);
+        let (shown, stopped) = filter.push(&dec.push(id));
+        if !shown.is_empty() {
+            on_text(&shown);
+        }
+        if stopped {
+            finish = FinishReason::Stop;
+            break;
+        }
+        if tokens.len() >= opts.max_tokens || state.pos() >= ctx {
+            break;
+        }
+        logits.copy_from_slice(model.forward(state, &[id], Logits::Last)?);
+    }
+    if finish == FinishReason::Length {
+        let (shown, _) = filter.push(&dec.finish());
+        let rest = shown + &filter.finish();
+        if !rest.is_empty() {
+            on_text(&rest);
+        }
+    }
+    Ok(Generation {
+        prompt_tokens: prompt.len(),
+        tokens,
+        text: filter.text,
+        finish_reason: finish,
+        prefill_ms,
+        decode_ms: t1.elapsed().as_secs_f64() * 1e3,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn run(stops: &[&str], pieces: &[&str]) -> (String, String, bool) {
+        let stops: Vec<String> = stops.iter().map(|s| s.to_string()).collect();
+        let mut f = StopFilter {
+            stops: &stops,
+            text: String::new(),
+            emitted: 0,
+        };
+        let mut shown = String::new();
+        let mut hit = false;
+        for p in pieces {
+            let (s, h) = f.push(p);
+            shown += &s;
+            if h {
+                hit = true;
+                break;
+            }
+        }
+        if !hit {
+            shown += &f.finish();
+        }
+        (shown, f.text, hit)
+    }
+
+    #[test]
+    fn stop_string_split_across_pieces_is_never_shown() {
+        let (shown, text, hit) = run(&["END"], &["hello E", "N", "D more"]);
+        assert!(hit);
+        assert_eq!(shown, "hello ");
+        assert_eq!(text, "hello ");
+    }
+
+    #[test]
+    fn held_back_prefix_is_released_when_it_diverges() {
+        let (shown, _, hit) = run(&["END"], &["a E", "x", "b"]);
+        assert!(!hit);
+        assert_eq!(shown, "a Exb");
+        let (shown, _, hit) = run(&["\n\n"], &["é", "\n", "ü"]);
+        assert!(!hit);
+        assert_eq!(shown, "é\nü");
+    }
+}

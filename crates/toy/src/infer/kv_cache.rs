@@ -1,0 +1,78 @@
+//! The key/value cache: preallocated for `ctx` positions at creation, so decoding never
+//! allocates or copies old entries. Each layer holds K and V as (Hkv, P, D).
+//! Entries hold f16 values (as llama.cpp's default f16 cache), kept in f32 slots; queries are
+//! rounded to f16 too, as ggml converts them for the f16 K·Q product.
+
+use crate::model::ModelError;
+
+/// `x` rounded to the nearest f16.
+pub fn round_f16(x: f32) -> f32 {
+    half::f16::from_f32(x).to_f32()
+}
+
+/// Round queries (T, H*D) as the K·Q product sees them.
+pub fn round_queries(q: &mut [f32]) {
+    q.iter_mut().for_each(|v| *v = round_f16(*v));
+}
+
+pub struct KvCache {
+    pub k: Vec<Vec<f32>>,
+    pub v: Vec<Vec<f32>>,
+    pub ctx: usize,
+    pub n_kv_head: usize,
+    pub head_dim: usize,
+    /// Positions filled so far.
+    pub pos: usize,
+}
+
+impl KvCache {
+    pub fn new(n_layer: usize, n_kv_head: usize, head_dim: usize, ctx: usize) -> Self {
+        let size = n_kv_head * ctx * head_dim;
+        Self {
+            k: (0..n_layer).map(|_| vec![0.0; size]).collect(),
+            v: (0..n_layer).map(|_| vec![0.0; size]).collect(),
+            ctx,
+            n_kv_head,
+            head_dim,
+            pos: 0,
+        }
+    }
+
+    /// Fail with the numbers when `n` more tokens do not fit.
+    pub fn check_room(&self, n: usize) -> Result<(), ModelError> {
+        if self.pos + n > self.ctx {
+            return Err(ModelError::ContextOverflow {
+                pos: self.pos,
+                n,
+                ctx: self.ctx,
+            });
+        }
+        Ok(())
+    }
+
+    /// Store k, v rows (T, Hkv*D) of layer `l` for positions pos0..pos0+T.
+    pub fn store(&mut self, l: usize, pos0: usize, k: &[f32], v: &[f32]) {
+        let (d, hkv, ctx) = (self.head_dim, self.n_kv_head, self.ctx);
+        for (t, (kr, vr)) in k
+            .chunks_exact(hkv * d)
+            .zip(v.chunks_exact(hkv * d))
+            .enumerate()
+        {
+            for g in 0..hkv {
+                let at = (g * ctx + pos0 + t) * d;
+                let (kd, vd) = (&mut self.k[l][at..at + d], &mut self.v[l][at..at + d]);
+                kd.iter_mut()
+                    .zip(&kr[g * d..(g + 1) * d])
+                    .for_each(|(o, x)| *o = round_f16(*x));
+                vd.iter_mut()
+                    .zip(&vr[g * d..(g + 1) * d])
+                    .for_each(|(o, x)| *o = round_f16(*x));
+            }
+        }
+    }
+
+    /// Forget everything after the first `pos` positions (to reuse a shared prefix).
+    pub fn truncate(&mut self, pos: usize) {
+        self.pos = self.pos.min(pos);
+    }
+}

@@ -1,0 +1,269 @@
+//! Token sampling, in the order of llama.cpp's default sampler chain (`common/sampling.cpp`):
+//! logit bias, repetition / presence / frequency penalties over the last `penalty_last_n`
+//! tokens, top-k, top-p (Holtzman et al. 2019), min-p, temperature, then a draw from a
+//! seeded RNG. Temperature <= 0 is greedy (argmax after bias and penalties).
+
+use rand::rngs::StdRng;
+use rand::{Rng, SeedableRng};
+use std::collections::HashMap;
+
+#[derive(Clone, Debug, PartialEq)]
+pub struct SamplerConfig {
+    pub temperature: f32,
+    /// Keep the k most likely tokens; 0 keeps all.
+    pub top_k: usize,
+    /// Keep the smallest set whose probability reaches p; 1 keeps all.
+    pub top_p: f32,
+    /// Drop tokens less likely than min_p times the most likely; 0 keeps all.
+    pub min_p: f32,
+    /// Divide positive (multiply negative) logits of recent tokens; 1 is off.
+    pub repeat_penalty: f32,
+    pub presence_penalty: f32,
+    pub frequency_penalty: f32,
+    /// How many recent tokens the penalties look at.
+    pub penalty_last_n: usize,
+    /// Added to the logit of a token; -inf bans it.
+    pub logit_bias: Vec<(u32, f32)>,
+    pub seed: u64,
+}
+
+impl Default for SamplerConfig {
+    fn default() -> Self {
+        Self {
+            temperature: 0.8,
+            top_k: 40,
+            top_p: 0.95,
+            min_p: 0.05,
+            repeat_penalty: 1.0,
+            presence_penalty: 0.0,
+            frequency_penalty: 0.0,
+            penalty_last_n: 64,
+            logit_bias: Vec::new(),
+            seed: 0,
+        }
+    }
+}
+
+impl SamplerConfig {
+    /// Argmax decoding.
+    pub fn greedy() -> Self {
+        Self {
+            temperature: 0.0,
+            ..Self::default()
+        }
+    }
+}
+
+pub struct Sampler {
+    pub cfg: SamplerConfig,
+    rng: StdRng,
+    /// Tokens seen so far (prompt and output), newest last.
+    history: Vec<u32>,
+    cand: Vec<(u32, f32)>,
+}
+
+impl Sampler {
+    pub fn new(cfg: SamplerConfig) -> Self {
+        let rng = StdRng::seed_from_u64(cfg.seed);
+        Self {
+            cfg,
+            rng,
+            history: Vec::new(),
+            cand: Vec::new(),
+        }
+    }
+
+    /// Record a token (of the prompt or the output) for the penalties.
+    pub fn accept(&mut self, id: u32) {
+        self.history.push(id);
+    }
+
+    /// Apply bias and penalties to `logits` in place.
+    pub fn adjust(&self, logits: &mut [f32]) {
+        for &(id, b) in &self.cfg.logit_bias {
+            if let Some(l) = logits.get_mut(id as usize) {
+                *l += b;
+            }
+        }
+        let c = &self.cfg;
+        if c.repeat_penalty == 1.0 && c.presence_penalty == 0.0 && c.frequency_penalty == 0.0 {
+            return;
+        }
+        let recent = &self.history[self.history.len().saturating_sub(c.penalty_last_n)..];
+        let mut counts: HashMap<u32, u32> = HashMap::new();
+        recent
+            .iter()
+            .for_each(|&id| *counts.entry(id).or_default() += 1);
+        for (&id, &n) in &counts {
+            let Some(l) = logits.get_mut(id as usize) else {
+                continue;
+            };
+            *l = if *l > 0.0 {
+                *l / c.repeat_penalty
+            } else {
+                *l * c.repeat_penalty
+            };
+            *l -= n as f32 * c.frequency_penalty + c.presence_penalty;
+        }
+    }
+
+    /// Choose the next token from raw logits (V). Does not record it; call `accept`.
+    pub fn sample(&mut self, logits: &[f32]) -> u32 {
+        let mut l = logits.to_vec();
+        self.adjust(&mut l);
+        if self.cfg.temperature <= 0.0 {
+            return argmax(&l);
+        }
+        self.cand.clear();
+        self.cand.extend(
+            l.iter()
+                .enumerate()
+                .filter(|(_, v)| v.is_finite())
+                .map(|(i, v)| (i as u32, *v)),
+        );
+        if self.cand.is_empty() {
+            return argmax(&l);
+        }
+        let c = &self.cfg;
+        let k = if c.top_k == 0 {
+            self.cand.len()
+        } else {
+            c.top_k.min(self.cand.len())
+        };
+        if k < self.cand.len() {
+            self.cand
+                .select_nth_unstable_by(k - 1, |a, b| b.1.total_cmp(&a.1));
+            self.cand.truncate(k);
+        }
+        self.cand
+            .sort_unstable_by(|a, b| b.1.total_cmp(&a.1).then(a.0.cmp(&b.0)));
+        let probs = softmax_of(&self.cand, 1.0);
+        if c.top_p < 1.0 {
+            let mut cum = 0.0;
+            let keep = probs.iter().position(|p| {
+                cum += p;
+                cum >= c.top_p as f64
+            });
+            self.cand.truncate(keep.map_or(probs.len(), |i| i + 1));
+        }
+        if c.min_p > 0.0 {
+            let floor = self.cand[0].1 + c.min_p.ln();
+            let keep = self.cand.iter().take_while(|x| x.1 >= floor).count().max(1);
+            self.cand.truncate(keep);
+        }
+        let probs = softmax_of(&self.cand, c.temperature);
+        let r: f64 = self.rng.random();
+        let mut cum = 0.0;
+        for (p, x) in probs.iter().zip(&self.cand) {
+            cum += p;
+            if r < cum {
+                return x.0;
+            }
+        }
+        self.cand[self.cand.len() - 1].0
+    }
+}
+
+fn softmax_of(cand: &[(u32, f32)], temp: f32) -> Vec<f64> {
+    let max = cand.iter().map(|x| x.1).fold(f32::NEG_INFINITY, f32::max) as f64;
+    let e: Vec<f64> = cand
+        .iter()
+        .map(|x| ((x.1 as f64 - max) / temp as f64).exp())
+        .collect();
+    let s: f64 = e.iter().sum();
+    e.into_iter().map(|v| v / s).collect()
+}
+
+/// Index of the largest value; the lowest index wins ties.
+pub fn argmax(x: &[f32]) -> u32 {
+    let mut best = 0;
+    for (i, v) in x.iter().enumerate() {
+        if *v > x[best] {
+            best = i;
+        }
+    }
+    best as u32
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn greedy_takes_argmax_and_bias_changes_it() {
+        let mut s = Sampler::new(SamplerConfig::greedy());
+        assert_eq!(s.sample(&[0.1, 2.0, 1.0]), 1);
+        s.cfg.logit_bias = vec![(1, f32::NEG_INFINITY)];
+        assert_eq!(s.sample(&[0.1, 2.0, 1.0]), 2);
+    }
+
+    #[test]
+    fn penalties_push_down_repeated_tokens() {
+        let mut s = Sampler::new(SamplerConfig {
+            repeat_penalty: 2.0,
+            ..SamplerConfig::greedy()
+        });
+        s.accept(1);
+        assert_eq!(s.sample(&[0.0, 2.0, 1.5]), 2);
+        let mut l = [1.0f32, -1.0];
+        let mut p = Sampler::new(SamplerConfig {
+            presence_penalty: 0.5,
+            frequency_penalty: 0.25,
+            ..SamplerConfig::greedy()
+        });
+        p.accept(0);
+        p.accept(0);
+        p.accept(1);
+        p.adjust(&mut l);
+        assert_eq!(l, [1.0 - 0.5 - 0.5, -1.0 - 0.25 - 0.5]);
+    }
+
+    #[test]
+    fn same_seed_same_draws_and_top_k_one_is_greedy() {
+        let logits: Vec<f32> = (0..50).map(|i| (i as f32 * 0.37).sin()).collect();
+        let cfg = SamplerConfig {
+            temperature: 1.5,
+            top_k: 0,
+            top_p: 1.0,
+            min_p: 0.0,
+            seed: 7,
+            ..Default::default()
+        };
+        let draws = |cfg: &SamplerConfig| {
+            let mut s = Sampler::new(cfg.clone());
+            (0..20).map(|_| s.sample(&logits)).collect::<Vec<_>>()
+        };
+        assert_eq!(draws(&cfg), draws(&cfg));
+        let d = draws(&cfg);
+        assert!(d.iter().any(|&x| x != d[0]), "high temperature should vary");
+        let k1 = SamplerConfig {
+            top_k: 1,
+            ..cfg.clone()
+        };
+        assert!(draws(&k1).iter().all(|&x| x == argmax(&logits)));
+    }
+
+    #[test]
+    fn top_p_and_min_p_cut_the_tail() {
+        // probabilities ~ [0.64, 0.24, 0.09, 0.03]
+        let logits = [3.0f32, 2.0, 1.0, 0.0];
+        let mut s = Sampler::new(SamplerConfig {
+            temperature: 1.0,
+            top_k: 0,
+            top_p: 0.5,
+            min_p: 0.0,
+            seed: 1,
+            ..Default::default()
+        });
+        assert!((0..100).all(|_| s.sample(&logits) == 0));
+        let mut m = Sampler::new(SamplerConfig {
+            temperature: 1.0,
+            top_k: 0,
+            top_p: 1.0,
+            min_p: 0.3,
+            seed: 1,
+            ..Default::default()
+        });
+        assert!((0..200).all(|_| m.sample(&logits) < 2));
+    }
+}

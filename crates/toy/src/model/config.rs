@@ -1,0 +1,162 @@
+//! Hyperparameters of a model, read from the standard GGUF keys (`{arch}.block_count`,
+//! `{arch}.embedding_length`, ... as llama.cpp's `llama-arch.cpp` names them).
+
+use super::ModelError;
+use crate::gguf::GgufFile;
+
+/// The families this build can run.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Arch {
+    /// Llama, SmolLM2: RMSNorm, RoPE (normal), GQA, SwiGLU.
+    Llama,
+    /// Qwen2: Llama with q/k/v bias and neox RoPE.
+    Qwen2,
+    /// Qwen3: Llama with q/k RMSNorm and neox RoPE.
+    Qwen3,
+    /// GPT-2: LayerNorm, learned positions, fused qkv with bias, GELU.
+    Gpt2,
+}
+
+pub const KNOWN_ARCHS: &str = "llama, qwen2, qwen3, gpt2";
+
+impl Arch {
+    pub fn from_name(name: &str) -> Result<Self, ModelError> {
+        Ok(match name {
+            "llama" => Arch::Llama,
+            "qwen2" => Arch::Qwen2,
+            "qwen3" => Arch::Qwen3,
+            "gpt2" => Arch::Gpt2,
+            _ => {
+                return Err(ModelError::UnsupportedArch {
+                    arch: name.into(),
+                    known: KNOWN_ARCHS,
+                })
+            }
+        })
+    }
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Arch::Llama => "llama",
+            Arch::Qwen2 => "qwen2",
+            Arch::Qwen3 => "qwen3",
+            Arch::Gpt2 => "gpt2",
+        }
+    }
+}
+
+/// Shapes and constants of a transformer stack.
+#[derive(Clone, Debug)]
+pub struct Config {
+    pub arch: Arch,
+    pub n_layer: usize,
+    /// Model width C.
+    pub d_model: usize,
+    pub n_head: usize,
+    pub n_kv_head: usize,
+    /// Head size D.
+    pub head_dim: usize,
+    /// Hidden width of the MLP.
+    pub d_ff: usize,
+    pub vocab: usize,
+    /// Context length the model was trained for.
+    pub ctx_train: usize,
+    pub norm_eps: f32,
+    pub rope_base: f32,
+    /// Dims of each head that RoPE turns.
+    pub rope_dim: usize,
+    pub rope_neox: bool,
+}
+
+fn req(f: &GgufFile, key: &str) -> Result<usize, ModelError> {
+    let v = f
+        .get_u64(key)
+        .ok_or_else(|| ModelError::MissingKey(key.into()))?;
+    if v == 0 || v > (1 << 24) {
+        return Err(ModelError::BadKey {
+            key: key.into(),
+            why: format!("{v} is out of range 1..=16777216"),
+        });
+    }
+    Ok(v as usize)
+}
+
+impl Config {
+    pub fn from_gguf(f: &GgufFile) -> Result<Self, ModelError> {
+        let name = f
+            .architecture()
+            .ok_or_else(|| ModelError::MissingKey("general.architecture".into()))?;
+        let arch = Arch::from_name(name)?;
+        let k = |s: &str| format!("{name}.{s}");
+        let d_model = req(f, &k("embedding_length"))?;
+        let n_head = req(f, &k("attention.head_count"))?;
+        let n_kv_head = match f.get_u64(&k("attention.head_count_kv")) {
+            Some(_) => req(f, &k("attention.head_count_kv"))?,
+            None => n_head,
+        };
+        if n_head % n_kv_head != 0 {
+            return Err(ModelError::BadKey {
+                key: k("attention.head_count_kv"),
+                why: format!("{n_kv_head} does not divide head_count {n_head}"),
+            });
+        }
+        let head_dim = match f.get_u64(&k("attention.key_length")) {
+            Some(_) => req(f, &k("attention.key_length"))?,
+            None if d_model % n_head == 0 => d_model / n_head,
+            None => {
+                return Err(ModelError::BadKey {
+                    key: k("attention.head_count"),
+                    why: format!("{n_head} heads do not divide width {d_model}"),
+                })
+            }
+        };
+        let vocab = match f.get_u64(&k("vocab_size")) {
+            Some(_) => req(f, &k("vocab_size"))?,
+            None => f
+                .get("tokenizer.ggml.tokens")
+                .and_then(|v| v.as_array())
+                .map(|a| a.len())
+                .ok_or_else(|| ModelError::MissingKey(k("vocab_size")))?,
+        };
+        let eps_key = if arch == Arch::Gpt2 {
+            "attention.layer_norm_epsilon"
+        } else {
+            "attention.layer_norm_rms_epsilon"
+        };
+        let rope_dim = f
+            .get_u64(&k("rope.dimension_count"))
+            .map(|v| v as usize)
+            .unwrap_or(head_dim);
+        if rope_dim > head_dim || !rope_dim.is_multiple_of(2) {
+            return Err(ModelError::BadKey {
+                key: k("rope.dimension_count"),
+                why: format!("{rope_dim} must be even and at most the head size {head_dim}"),
+            });
+        }
+        Ok(Config {
+            arch,
+            n_layer: req(f, &k("block_count"))?,
+            d_model,
+            n_head,
+            n_kv_head,
+            head_dim,
+            d_ff: req(f, &k("feed_forward_length"))?,
+            vocab,
+            ctx_train: req(f, &k("context_length"))?,
+            norm_eps: f.get_f32(&k(eps_key)).unwrap_or(1e-5),
+            rope_base: f.get_f32(&k("rope.freq_base")).unwrap_or(10000.0),
+            rope_dim,
+            rope_neox: matches!(arch, Arch::Qwen2 | Arch::Qwen3),
+        })
+    }
+
+    /// Width of the concatenated query heads, H * D.
+    pub fn q_dim(&self) -> usize {
+        self.n_head * self.head_dim
+    }
+
+    /// Width of the concatenated key (or value) heads, Hkv * D.
+    pub fn kv_dim(&self) -> usize {
+        self.n_kv_head * self.head_dim
+    }
+}

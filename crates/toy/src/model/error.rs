@@ -1,0 +1,37 @@
+//! Errors of loading and running a model.
+
+use crate::gguf::GgufError;
+use tinynn::kernels::qmatmul::QMatError;
+
+#[derive(Debug, thiserror::Error)]
+pub enum ModelError {
+    #[error(transparent)]
+    Gguf(#[from] GgufError),
+    #[error("unsupported architecture '{arch}': expected one of {known}")]
+    UnsupportedArch { arch: String, known: &'static str },
+    #[error("missing metadata key '{0}'")]
+    MissingKey(String),
+    #[error("bad metadata '{key}': {why}")]
+    BadKey { key: String, why: String },
+    #[error("missing tensor '{0}'")]
+    MissingTensor(String),
+    #[error("tensor '{name}' has shape {got:?}, expected {expected:?}")]
+    BadShape {
+        name: String,
+        expected: Vec<u64>,
+        got: Vec<u64>,
+    },
+    #[error("tensor '{name}': {source}")]
+    Weight { name: String, source: QMatError },
+    #[error("tensor '{name}' of type {ty} cannot be read as f32")]
+    NotFloat {
+        name: String,
+        ty: tinynn::quant::GgmlType,
+    },
+    #[error("context full: {n} tokens at position {pos} do not fit in a context of {ctx} (use a larger --ctx)")]
+    ContextOverflow { pos: usize, n: usize, ctx: usize },
+    #[error("token id {id} is out of range: vocabulary has {vocab} tokens")]
+    BadToken { id: u32, vocab: usize },
+    #[error("nothing to evaluate: the token list is empty")]
+    Empty,
+}

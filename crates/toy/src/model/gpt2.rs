@@ -1,0 +1,154 @@
+//! GPT-2 (Radford et al. 2019) forward pass, as llama.cpp's `llm_build_gpt2`: learned
+//! position embeddings, pre-LayerNorm blocks with a fused qkv projection, GELU MLP, all
+//! linear layers with bias. Letters: T tokens, C width, H heads, D head size, F MLP width.
+
+use super::weights::{load_f32, Linear, Weight};
+use super::{Config, ModelError, State};
+use crate::gguf::GgufFile;
+use crate::infer::kv_cache::round_queries;
+use tinynn::kernels::act::gelu;
+use tinynn::kernels::attention::{causal_attention, AttnShape};
+use tinynn::kernels::norm::layernorm;
+
+/// A LayerNorm's weight and bias (C).
+pub struct Norm {
+    w: Vec<f32>,
+    b: Vec<f32>,
+}
+
+impl Norm {
+    fn load(f: &GgufFile, prefix: &str, c: usize) -> Result<Self, ModelError> {
+        Ok(Self {
+            w: load_f32(f, &format!("{prefix}.weight"), c)?,
+            b: load_f32(f, &format!("{prefix}.bias"), c)?,
+        })
+    }
+
+    pub fn forward(&self, x: &[f32], eps: f32, out: &mut [f32]) {
+        layernorm(x, &self.w, &self.b, eps, out)
+    }
+}
+
+pub struct Block {
+    attn_norm: Norm,
+    attn_qkv: Linear,
+    attn_output: Linear,
+    ffn_norm: Norm,
+    ffn_up: Linear,
+    ffn_down: Linear,
+}
+
+impl Block {
+    pub fn load(f: &GgufFile, cfg: &Config, i: usize) -> Result<Self, ModelError> {
+        let p = |s: &str| format!("blk.{i}.{s}");
+        let (c, ff) = (cfg.d_model, cfg.d_ff);
+        Ok(Self {
+            attn_norm: Norm::load(f, &p("attn_norm"), c)?,
+            attn_qkv: Linear::load(f, &p("attn_qkv"), c, 3 * c)?,
+            attn_output: Linear::load(f, &p("attn_output"), c, c)?,
+            ffn_norm: Norm::load(f, &p("ffn_norm"), c)?,
+            ffn_up: Linear::load(f, &p("ffn_up"), c, ff)?,
+            ffn_down: Linear::load(f, &p("ffn_down"), ff, c)?,
+        })
+    }
+
+    fn forward(&self, file: &[u8], cfg: &Config, s: &mut State, l: usize, pos0: usize, t: usize) {
+        let (c, ff) = (cfg.d_model, cfg.d_ff);
+        let (x, h) = (&mut s.x[..t * c], &mut s.h[..t * c]);
+        self.attn_norm.forward(x, cfg.norm_eps, h);
+        // (T, C) -> (T, 3C), split into q, k, v (T, C) each
+        let qkv = &mut s.qkv[..t * 3 * c];
+        self.attn_qkv.forward(file, h, t, qkv);
+        for i in 0..t {
+            let row = &qkv[i * 3 * c..(i + 1) * 3 * c];
+            s.q[i * c..(i + 1) * c].copy_from_slice(&row[..c]);
+            s.k[i * c..(i + 1) * c].copy_from_slice(&row[c..2 * c]);
+            s.v[i * c..(i + 1) * c].copy_from_slice(&row[2 * c..]);
+        }
+        s.cache.store(l, pos0, &s.k[..t * c], &s.v[..t * c]);
+        round_queries(&mut s.q[..t * c]);
+        let shape = AttnShape {
+            n_head: cfg.n_head,
+            n_kv_head: cfg.n_kv_head,
+            head_dim: cfg.head_dim,
+            ctx: s.cache.ctx,
+            f16_accumulate: true,
+        };
+        let att = &mut s.att[..t * c];
+        causal_attention(
+            &s.q[..t * c],
+            &s.cache.k[l],
+            &s.cache.v[l],
+            shape,
+            pos0,
+            att,
+        );
+        let proj = &mut s.proj[..t * c];
+        self.attn_output.forward(file, att, t, proj);
+        x.iter_mut().zip(proj.iter()).for_each(|(a, b)| *a += b);
+
+        self.ffn_norm.forward(x, cfg.norm_eps, h);
+        let a = &mut s.ff_a[..t * ff];
+        self.ffn_up.forward(file, h, t, a);
+        gelu(a);
+        self.ffn_down.forward(file, a, t, proj);
+        x.iter_mut().zip(proj.iter()).for_each(|(a, b)| *a += b);
+    }
+}
+
+pub struct Gpt2 {
+    pub token_embd: Weight,
+    pub position_embd: Weight,
+    pub blocks: Vec<Block>,
+    pub output_norm: Norm,
+    pub output: Weight,
+}
+
+impl Gpt2 {
+    pub fn load(f: &GgufFile, cfg: &Config) -> Result<Self, ModelError> {
+        let token_embd = Weight::load(f, "token_embd.weight", cfg.d_model, cfg.vocab)?;
+        let output = match f.tensor("output.weight") {
+            Some(_) => Weight::load(f, "output.weight", cfg.d_model, cfg.vocab)?,
+            None => token_embd.clone(),
+        };
+        Ok(Self {
+            position_embd: Weight::load(f, "position_embd.weight", cfg.d_model, cfg.ctx_train)?,
+            blocks: (0..cfg.n_layer)
+                .map(|i| Block::load(f, cfg, i))
+                .collect::<Result<_, _>>()?,
+            output_norm: Norm::load(f, "output_norm", cfg.d_model)?,
+            token_embd,
+            output,
+        })
+    }
+
+    /// tokens (T) at positions pos0.. -> s.x (T, C).
+    pub fn forward_hidden(
+        &self,
+        file: &[u8],
+        cfg: &Config,
+        s: &mut State,
+        tokens: &[u32],
+        pos0: usize,
+    ) {
+        let c = cfg.d_model;
+        let (wte, wpe) = (self.token_embd.qmat(file), self.position_embd.qmat(file));
+        for (i, &id) in tokens.iter().enumerate() {
+            wte.dequantize_row(id as usize, &mut s.x[i * c..(i + 1) * c]);
+            wpe.dequantize_row(pos0 + i, &mut s.h[..c]);
+            s.x[i * c..(i + 1) * c]
+                .iter_mut()
+                .zip(&s.h[..c])
+                .for_each(|(a, b)| *a += b);
+        }
+        for (l, b) in self.blocks.iter().enumerate() {
+            b.forward(file, cfg, s, l, pos0, tokens.len());
+        }
+    }
+
+    pub fn final_norm(&self, cfg: &Config, s: &mut State, t: usize) {
+        let c = cfg.d_model;
+        self.output_norm
+            .forward(&s.x[..t * c], cfg.norm_eps, &mut s.h[..t * c]);
+    }
+}

@@ -1,0 +1,178 @@
+//! The Llama family forward pass (Touvron et al. 2023), as llama.cpp's `llm_build_llama`
+//! with the Qwen2 (q/k/v bias) and Qwen3 (q/k RMSNorm) variations. Pre-norm blocks:
+//!   x = x + attn(rmsnorm(x));  x = x + mlp(rmsnorm(x))
+//! where attn is GQA with RoPE and mlp is SwiGLU. Letters: T tokens in the batch, C width,
+//! H / Hkv heads, D head size, F MLP width, V vocabulary.
+
+use super::weights::{load_f32, load_f32_opt, Linear, Weight};
+use super::{Config, ModelError, State};
+use crate::gguf::GgufFile;
+use crate::infer::kv_cache::round_queries;
+use std::ops::Range;
+use tinynn::kernels::act::swiglu;
+use tinynn::kernels::attention::{causal_attention, AttnShape};
+use tinynn::kernels::norm::rmsnorm;
+use tinynn::kernels::rope::Rope;
+
+/// One transformer block, tensors named as in GGUF (`blk.{i}.*`).
+pub struct Block {
+    attn_norm: Vec<f32>,
+    attn_q: Linear,
+    attn_k: Linear,
+    attn_v: Linear,
+    /// Qwen3's per-head RMSNorm of queries and keys (D).
+    attn_q_norm: Option<Vec<f32>>,
+    attn_k_norm: Option<Vec<f32>>,
+    attn_output: Linear,
+    ffn_norm: Vec<f32>,
+    ffn_gate: Linear,
+    ffn_up: Linear,
+    ffn_down: Linear,
+}
+
+impl Block {
+    pub fn load(f: &GgufFile, cfg: &Config, i: usize) -> Result<Self, ModelError> {
+        let p = |s: &str| format!("blk.{i}.{s}");
+        let (c, q, kv, ff) = (cfg.d_model, cfg.q_dim(), cfg.kv_dim(), cfg.d_ff);
+        Ok(Self {
+            attn_norm: load_f32(f, &p("attn_norm.weight"), c)?,
+            attn_q: Linear::load(f, &p("attn_q"), c, q)?,
+            attn_k: Linear::load(f, &p("attn_k"), c, kv)?,
+            attn_v: Linear::load(f, &p("attn_v"), c, kv)?,
+            attn_q_norm: load_f32_opt(f, &p("attn_q_norm.weight"), cfg.head_dim)?,
+            attn_k_norm: load_f32_opt(f, &p("attn_k_norm.weight"), cfg.head_dim)?,
+            attn_output: Linear::load(f, &p("attn_output"), q, c)?,
+            ffn_norm: load_f32(f, &p("ffn_norm.weight"), c)?,
+            ffn_gate: Linear::load(f, &p("ffn_gate"), c, ff)?,
+            ffn_up: Linear::load(f, &p("ffn_up"), c, ff)?,
+            ffn_down: Linear::load(f, &p("ffn_down"), ff, c)?,
+        })
+    }
+
+    /// Run layer `l` on s.x (T, C) for the tokens at positions `pos` (T of them).
+    fn forward(
+        &self,
+        file: &[u8],
+        cfg: &Config,
+        rope: &Rope,
+        s: &mut State,
+        l: usize,
+        pos: Range<usize>,
+    ) {
+        let (pos0, t) = (pos.start, pos.len());
+        let (c, qd, kvd, ff, d) = (
+            cfg.d_model,
+            cfg.q_dim(),
+            cfg.kv_dim(),
+            cfg.d_ff,
+            cfg.head_dim,
+        );
+        let (x, h) = (&mut s.x[..t * c], &mut s.h[..t * c]);
+        rmsnorm(x, &self.attn_norm, cfg.norm_eps, h);
+        // (T, C) -> (T, H*D), (T, Hkv*D), (T, Hkv*D)
+        let (q, k, v) = (&mut s.q[..t * qd], &mut s.k[..t * kvd], &mut s.v[..t * kvd]);
+        self.attn_q.forward(file, h, t, q);
+        self.attn_k.forward(file, h, t, k);
+        self.attn_v.forward(file, h, t, v);
+        if let Some(w) = &self.attn_q_norm {
+            let tmp = q.to_vec();
+            rmsnorm(&tmp, w, cfg.norm_eps, q);
+        }
+        if let Some(w) = &self.attn_k_norm {
+            let tmp = k.to_vec();
+            rmsnorm(&tmp, w, cfg.norm_eps, k);
+        }
+        for i in 0..t {
+            rope.apply(&mut q[i * qd..(i + 1) * qd], d, pos0 + i);
+            rope.apply(&mut k[i * kvd..(i + 1) * kvd], d, pos0 + i);
+        }
+        s.cache.store(l, pos0, k, v);
+        round_queries(q);
+        let shape = AttnShape {
+            n_head: cfg.n_head,
+            n_kv_head: cfg.n_kv_head,
+            head_dim: d,
+            ctx: s.cache.ctx,
+            f16_accumulate: true,
+        };
+        let att = &mut s.att[..t * qd];
+        causal_attention(q, &s.cache.k[l], &s.cache.v[l], shape, pos0, att);
+        // (T, H*D) -> (T, C), added to the residual
+        let proj = &mut s.proj[..t * c];
+        self.attn_output.forward(file, att, t, proj);
+        x.iter_mut().zip(proj.iter()).for_each(|(a, b)| *a += b);
+
+        rmsnorm(x, &self.ffn_norm, cfg.norm_eps, h);
+        let (a, b) = (&mut s.ff_a[..t * ff], &mut s.ff_b[..t * ff]);
+        self.ffn_gate.forward(file, h, t, a);
+        self.ffn_up.forward(file, h, t, b);
+        swiglu(a, b);
+        self.ffn_down.forward(file, a, t, proj);
+        x.iter_mut().zip(proj.iter()).for_each(|(a, b)| *a += b);
+    }
+}
+
+/// A Llama-family model: embedding, blocks, final norm and head.
+pub struct Llama {
+    pub token_embd: Weight,
+    pub blocks: Vec<Block>,
+    pub output_norm: Vec<f32>,
+    /// `output.weight`, or the embedding when tied.
+    pub output: Weight,
+    pub rope: Rope,
+}
+
+impl Llama {
+    pub fn load(f: &GgufFile, cfg: &Config) -> Result<Self, ModelError> {
+        let token_embd = Weight::load(f, "token_embd.weight", cfg.d_model, cfg.vocab)?;
+        let output = match f.tensor("output.weight") {
+            Some(_) => Weight::load(f, "output.weight", cfg.d_model, cfg.vocab)?,
+            None => token_embd.clone(),
+        };
+        let freq_factors = load_f32_opt(f, "rope_freqs.weight", cfg.rope_dim / 2)?;
+        Ok(Self {
+            blocks: (0..cfg.n_layer)
+                .map(|i| Block::load(f, cfg, i))
+                .collect::<Result<_, _>>()?,
+            output_norm: load_f32(f, "output_norm.weight", cfg.d_model)?,
+            rope: Rope::new(
+                cfg.rope_dim,
+                cfg.rope_base,
+                cfg.rope_neox,
+                freq_factors.as_deref(),
+            ),
+            token_embd,
+            output,
+        })
+    }
+
+    /// tokens (T) at positions pos0.. -> s.x (T, C) of the final residual stream.
+    pub fn forward_hidden(
+        &self,
+        file: &[u8],
+        cfg: &Config,
+        s: &mut State,
+        tokens: &[u32],
+        pos0: usize,
+    ) {
+        let (c, t) = (cfg.d_model, tokens.len());
+        let emb = self.token_embd.qmat(file);
+        for (i, &id) in tokens.iter().enumerate() {
+            emb.dequantize_row(id as usize, &mut s.x[i * c..(i + 1) * c]);
+        }
+        for (l, b) in self.blocks.iter().enumerate() {
+            b.forward(file, cfg, &self.rope, s, l, pos0..pos0 + t);
+        }
+    }
+
+    /// Final norm (T, C) of s.x into s.h.
+    pub fn final_norm(&self, cfg: &Config, s: &mut State, t: usize) {
+        let c = cfg.d_model;
+        rmsnorm(
+            &s.x[..t * c],
+            &self.output_norm,
+            cfg.norm_eps,
+            &mut s.h[..t * c],
+        );
+    }
+}

@@ -1,0 +1,73 @@
+//! Per-sequence inference state: the KV cache and the activation buffers of one batch,
+//! allocated once for `n_batch` tokens and reused by every forward call.
+
+use super::Config;
+use crate::infer::kv_cache::KvCache;
+
+/// Which logits a forward call returns.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Logits {
+    /// Only the last token's (V).
+    Last,
+    /// Every token's (T, V).
+    All,
+}
+
+pub struct State {
+    pub cache: KvCache,
+    /// Most tokens one batch holds.
+    pub n_batch: usize,
+    /// Residual stream (B, C).
+    pub x: Vec<f32>,
+    /// Normalised input (B, C).
+    pub h: Vec<f32>,
+    /// Queries (B, H*D), keys and values (B, Hkv*D), or fused qkv for GPT-2 (B, 3C).
+    pub q: Vec<f32>,
+    pub k: Vec<f32>,
+    pub v: Vec<f32>,
+    pub qkv: Vec<f32>,
+    /// Attention output (B, H*D).
+    pub att: Vec<f32>,
+    /// Projection back to the residual (B, C).
+    pub proj: Vec<f32>,
+    /// MLP hidden (B, F), twice for gate and up.
+    pub ff_a: Vec<f32>,
+    pub ff_b: Vec<f32>,
+    /// Logits of the last forward, (V) or (T, V).
+    pub logits: Vec<f32>,
+}
+
+impl State {
+    pub fn new(cfg: &Config, ctx: usize, n_batch: usize) -> Self {
+        let b = n_batch.max(1);
+        Self {
+            cache: KvCache::new(cfg.n_layer, cfg.n_kv_head, cfg.head_dim, ctx),
+            n_batch: b,
+            x: vec![0.0; b * cfg.d_model],
+            h: vec![0.0; b * cfg.d_model],
+            q: vec![0.0; b * cfg.q_dim()],
+            k: vec![0.0; b * cfg.kv_dim()],
+            v: vec![0.0; b * cfg.kv_dim()],
+            qkv: if cfg.arch == super::Arch::Gpt2 {
+                vec![0.0; b * 3 * cfg.d_model]
+            } else {
+                Vec::new()
+            },
+            att: vec![0.0; b * cfg.q_dim()],
+            proj: vec![0.0; b * cfg.d_model],
+            ff_a: vec![0.0; b * cfg.d_ff],
+            ff_b: vec![0.0; b * cfg.d_ff],
+            logits: Vec::with_capacity(cfg.vocab),
+        }
+    }
+
+    /// Positions filled in the cache.
+    pub fn pos(&self) -> usize {
+        self.cache.pos
+    }
+
+    /// Start a new sequence.
+    pub fn reset(&mut self) {
+        self.cache.pos = 0;
+    }
+}

@@ -1,0 +1,127 @@
+//! Weights as views into the memory-mapped GGUF: a `Weight` is a validated byte range plus
+//! its type and shape, so the model never holds an f32 copy of a matrix. Small vectors
+//! (norm weights, biases) are decoded to f32 at load.
+
+use super::ModelError;
+use crate::gguf::GgufFile;
+use std::ops::Range;
+use tinynn::kernels::QMat;
+use tinynn::quant::{can_dequantize, dequantize};
+
+/// A matrix of `rows` (N) rows of `cols` (K) elements, stored in the file as GGUF dims [K, N].
+#[derive(Clone, Debug)]
+pub struct Weight {
+    pub name: String,
+    pub ty: tinynn::quant::GgmlType,
+    pub rows: usize,
+    pub cols: usize,
+    range: Range<usize>,
+}
+
+fn byte_range(f: &GgufFile, data: &[u8]) -> Range<usize> {
+    let start = data.as_ptr() as usize - f.bytes().as_ptr() as usize;
+    start..start + data.len()
+}
+
+impl Weight {
+    /// Load `name` and check it is a (rows, cols) matrix.
+    pub fn load(f: &GgufFile, name: &str, cols: usize, rows: usize) -> Result<Self, ModelError> {
+        let t = f
+            .tensor(name)
+            .ok_or_else(|| ModelError::MissingTensor(name.into()))?;
+        let want = [cols as u64, rows as u64];
+        let dims: Vec<u64> = t
+            .dims
+            .iter()
+            .copied()
+            .chain(std::iter::repeat(1))
+            .take(t.dims.len().max(2))
+            .collect();
+        if dims.len() != 2 || dims[..] != want[..] {
+            return Err(ModelError::BadShape {
+                name: name.into(),
+                expected: want.to_vec(),
+                got: t.dims.clone(),
+            });
+        }
+        let data = f.tensor_data(t);
+        QMat::new(t.ty, rows, cols, data).map_err(|source| ModelError::Weight {
+            name: name.into(),
+            source,
+        })?;
+        Ok(Self {
+            name: name.into(),
+            ty: t.ty,
+            rows,
+            cols,
+            range: byte_range(f, data),
+        })
+    }
+
+    /// The kernel's view of this matrix inside `file` (the bytes it was loaded from).
+    pub fn qmat<'a>(&self, file: &'a [u8]) -> QMat<'a> {
+        QMat {
+            ty: self.ty,
+            rows: self.rows,
+            cols: self.cols,
+            data: &file[self.range.clone()],
+        }
+    }
+}
+
+/// Decode a whole tensor of `len` elements to f32 (norm weights, biases, small tables).
+pub fn load_f32(f: &GgufFile, name: &str, len: usize) -> Result<Vec<f32>, ModelError> {
+    load_f32_opt(f, name, len)?.ok_or_else(|| ModelError::MissingTensor(name.into()))
+}
+
+/// As `load_f32`, but `None` when the tensor is absent.
+pub fn load_f32_opt(f: &GgufFile, name: &str, len: usize) -> Result<Option<Vec<f32>>, ModelError> {
+    let Some(t) = f.tensor(name) else {
+        return Ok(None);
+    };
+    if t.n_elements() != len as u64 {
+        return Err(ModelError::BadShape {
+            name: name.into(),
+            expected: vec![len as u64],
+            got: t.dims.clone(),
+        });
+    }
+    if !can_dequantize(t.ty) {
+        return Err(ModelError::NotFloat {
+            name: name.into(),
+            ty: t.ty,
+        });
+    }
+    let mut out = vec![0f32; len];
+    dequantize(t.ty, f.tensor_data(t), &mut out).map_err(|_| ModelError::NotFloat {
+        name: name.into(),
+        ty: t.ty,
+    })?;
+    Ok(Some(out))
+}
+
+/// A linear layer `y = x W^T + b`.
+#[derive(Clone, Debug)]
+pub struct Linear {
+    pub w: Weight,
+    pub b: Option<Vec<f32>>,
+}
+
+impl Linear {
+    /// Load `{prefix}.weight` as (n_out, n_in) and `{prefix}.bias` (n_out) if present.
+    pub fn load(f: &GgufFile, prefix: &str, n_in: usize, n_out: usize) -> Result<Self, ModelError> {
+        let w = Weight::load(f, &format!("{prefix}.weight"), n_in, n_out)?;
+        let b = load_f32_opt(f, &format!("{prefix}.bias"), n_out)?;
+        Ok(Self { w, b })
+    }
+
+    /// x (T, K) -> y (T, N).
+    pub fn forward(&self, file: &[u8], x: &[f32], t: usize, y: &mut [f32]) {
+        tinynn::kernels::qmatmul::matmul(&self.w.qmat(file), x, t, y);
+        if let Some(b) = &self.b {
+            for row in y.chunks_exact_mut(b.len()) {
+                row.iter_mut().zip(b).for_each(|(v, bi)| *v += bi);
+            }
+        }
+    }
+}

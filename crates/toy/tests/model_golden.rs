@@ -1,0 +1,80 @@
+//! The forward pass against llama.cpp on SmolLM2-135M-Instruct Q4_1: teacher-forced along
+//! llama.cpp's greedy tokens, our top-1 must agree on >= 97% of steps and the mean
+//! |logprob difference| of llama.cpp's token must be <= 0.03; perplexity on gpl-3.txt with
+//! chunks of 256 must be within 0.3% of llama.cpp's 20.8533.
+
+mod common;
+
+use toy::eval::perplexity::perplexity;
+use toy::eval::score::score;
+use toy::model::Model;
+use toy::tokenizer::Tokenizer;
+
+fn ids(v: &serde_json::Value) -> Vec<u32> {
+    v.as_array()
+        .expect("id list")
+        .iter()
+        .map(|x| x.as_u64().expect("id") as u32)
+        .collect()
+}
+
+#[test]
+fn teacher_forced_agreement_with_llama_cpp() {
+    let model = Model::open(&common::model_path()).expect("model loads");
+    let golden = common::golden();
+    let (mut steps, mut agree, mut diff_sum) = (0usize, 0usize, 0f64);
+    for c in golden["completions"].as_array().expect("completions") {
+        let prompt = ids(&c["prompt_tokens"]);
+        let gen = ids(&c["generated_token_ids"]);
+        let mut state = model.new_state(prompt.len() + gen.len(), 64);
+        let scores = score(&model, &mut state, &prompt, &gen, 1).expect("score");
+        for (s, step) in scores.iter().zip(c["steps"].as_array().expect("steps")) {
+            let want_id = step["id"].as_u64().expect("id") as u32;
+            let want_lp = step["logprob"].as_f64().expect("logprob");
+            assert_eq!(s.id, want_id);
+            steps += 1;
+            agree += (s.top[0].id == want_id) as usize;
+            diff_sum += (s.logprob - want_lp).abs();
+            if std::env::var_os("TOY_DEBUG_STEPS").is_some() {
+                eprintln!(
+                    "{steps} {} {} {:.4} {:.4} gap {}",
+                    want_id, s.top[0].id, s.logprob, want_lp, step["top1_top2_logprob_gap"]
+                );
+            }
+        }
+    }
+    let (rate, mean) = (agree as f64 / steps as f64, diff_sum / steps as f64);
+    eprintln!(
+        "top-1 agreement {agree}/{steps} = {:.1}%, mean |logprob diff| {mean:.4}",
+        rate * 100.0
+    );
+    assert!(
+        steps >= 90,
+        "expected the golden file's 3 x 32 steps, got {steps}"
+    );
+    assert!(rate >= 0.97, "top-1 agreement {rate:.3} < 0.97");
+    assert!(mean <= 0.03, "mean |logprob diff| {mean:.4} > 0.03");
+}
+
+#[test]
+fn perplexity_of_gpl3_matches_llama_cpp() {
+    let path = common::model_path();
+    let f = std::sync::Arc::new(toy::gguf::GgufFile::open(&path).expect("gguf"));
+    let tok = Tokenizer::from_gguf(&f).expect("tokenizer");
+    let model = Model::from_gguf(f).expect("model");
+    let text = std::fs::read_to_string(common::golden_dir().join("gpl-3.txt")).expect("gpl-3.txt");
+    let ids = tok.encode(&text, true).expect("encode");
+    let r = perplexity(&model, &ids, 256, |_, _, _| {}).expect("perplexity");
+    eprintln!(
+        "ppl {:.4} +/- {:.4}, {} chunks, {} tokens",
+        r.ppl, r.stderr, r.chunks, r.tokens
+    );
+    assert_eq!((r.chunks, r.tokens), (29, 7424));
+    let rel = (r.ppl - 20.8533).abs() / 20.8533;
+    assert!(
+        rel <= 0.003,
+        "ppl {:.4} is {:.2}% from llama.cpp's 20.8533",
+        r.ppl,
+        rel * 100.0
+    );
+}
