@@ -1,1 +1,80 @@
-fn main() {}
+//! `toy`: train, evaluate, inspect and run small language models. A thin `main` that
+//! parses the command line and hands each command to its own file.
+
+mod cmd_chat;
+mod cmd_eval;
+mod cmd_generate;
+mod cmd_inspect;
+mod cmd_quantize;
+mod cmd_score;
+mod cmd_template;
+mod cmd_tokenize;
+mod common;
+
+use clap::{Parser, Subcommand};
+use std::process::ExitCode;
+
+#[derive(Parser)]
+#[command(
+    name = "toy",
+    version,
+    about = "A small-language-model toolkit: run, chat, evaluate, quantize"
+)]
+struct Cli {
+    /// Worker threads (default: all cores).
+    #[arg(short = 't', long, global = true)]
+    threads: Option<usize>,
+    #[command(subcommand)]
+    cmd: Cmd,
+}
+
+#[derive(Subcommand)]
+enum Cmd {
+    /// Generate text after a prompt.
+    Generate(cmd_generate::Args),
+    /// Chat interactively, with the model's chat template.
+    Chat(cmd_chat::Args),
+    /// Show a model's metadata, tensors and layer-by-layer flow.
+    Inspect(cmd_inspect::Args),
+    /// Turn text into token ids and pieces.
+    Tokenize(cmd_tokenize::Args),
+    /// Teacher-forced log-probabilities of a continuation.
+    Score(cmd_score::Args),
+    /// Evaluate a model.
+    #[command(subcommand)]
+    Eval(cmd_eval::EvalCmd),
+    /// Render a chat with the model's template.
+    Template(cmd_template::Args),
+    /// Rewrite a model with its matrices in another weight type.
+    Quantize(cmd_quantize::Args),
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    if let Some(t) = cli.threads {
+        if let Err(e) = rayon::ThreadPoolBuilder::new()
+            .num_threads(t.max(1))
+            .build_global()
+        {
+            eprintln!("error: cannot start {t} threads: {e}");
+            return ExitCode::FAILURE;
+        }
+    }
+    let result = match cli.cmd {
+        Cmd::Generate(a) => cmd_generate::run(a),
+        Cmd::Chat(a) => cmd_chat::run(a),
+        Cmd::Inspect(a) => cmd_inspect::run(a),
+        Cmd::Tokenize(a) => cmd_tokenize::run(a),
+        Cmd::Score(a) => cmd_score::run(a),
+        Cmd::Eval(c) => cmd_eval::run(c),
+        Cmd::Template(a) => cmd_template::run(a),
+        Cmd::Quantize(a) => cmd_quantize::run(a),
+    };
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("error: {e:#}");
+            ExitCode::FAILURE
+        }
+    }
+}

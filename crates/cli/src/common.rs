@@ -1,0 +1,121 @@
+//! What several commands share: finding and loading the model, and sampling flags.
+
+use anyhow::{bail, Context, Result};
+use clap::Args;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use toy::gguf::GgufFile;
+use toy::infer::sampler::SamplerConfig;
+use toy::model::Model;
+use toy::tokenizer::Tokenizer;
+
+/// Where `scripts/fetch-model.sh` puts the default model.
+pub const DEFAULT_MODEL: &str = "models/SmolLM2-135M-Instruct.Q4_1.gguf";
+
+#[derive(Args, Clone, Debug)]
+pub struct ModelArgs {
+    /// GGUF model file.
+    #[arg(short = 'm', long, default_value = DEFAULT_MODEL)]
+    pub model: PathBuf,
+}
+
+impl ModelArgs {
+    pub fn gguf(&self) -> Result<Arc<GgufFile>> {
+        open_gguf(&self.model)
+    }
+}
+
+pub fn open_gguf(path: &Path) -> Result<Arc<GgufFile>> {
+    if !path.exists() {
+        let hint = if path == Path::new(DEFAULT_MODEL) {
+            " (run scripts/fetch-model.sh to fetch the default model)"
+        } else {
+            ""
+        };
+        bail!("model file '{}' not found{hint}", path.display());
+    }
+    let f = GgufFile::open(path).with_context(|| format!("reading '{}'", path.display()))?;
+    Ok(Arc::new(f))
+}
+
+/// The model and its tokenizer.
+pub fn load(args: &ModelArgs) -> Result<(Model, Tokenizer)> {
+    let f = args.gguf()?;
+    let tok = Tokenizer::from_gguf(&f)
+        .with_context(|| format!("tokenizer of '{}'", args.model.display()))?;
+    let model =
+        Model::from_gguf(f).with_context(|| format!("loading '{}'", args.model.display()))?;
+    Ok((model, tok))
+}
+
+/// Sampling flags, named as llama.cpp's.
+#[derive(Args, Clone, Debug)]
+pub struct SamplingArgs {
+    /// Temperature; 0 is greedy.
+    #[arg(long = "temp", default_value_t = 0.8)]
+    pub temperature: f32,
+    #[arg(long, default_value_t = 40)]
+    pub top_k: usize,
+    #[arg(long, default_value_t = 0.95)]
+    pub top_p: f32,
+    #[arg(long, default_value_t = 0.05)]
+    pub min_p: f32,
+    #[arg(long, default_value_t = 1.0)]
+    pub repeat_penalty: f32,
+    #[arg(long, default_value_t = 0.0)]
+    pub presence_penalty: f32,
+    #[arg(long, default_value_t = 0.0)]
+    pub frequency_penalty: f32,
+    /// How many recent tokens the penalties look at.
+    #[arg(long, default_value_t = 64)]
+    pub repeat_last_n: usize,
+    /// Logit bias as TOKEN_ID=BIAS (repeatable; BIAS may be -inf).
+    #[arg(long = "logit-bias", value_parser = parse_bias)]
+    pub logit_bias: Vec<(u32, f32)>,
+    #[arg(long, default_value_t = 0)]
+    pub seed: u64,
+}
+
+fn parse_bias(s: &str) -> Result<(u32, f32), String> {
+    let (id, b) = s
+        .split_once('=')
+        .ok_or_else(|| format!("'{s}': expected TOKEN_ID=BIAS"))?;
+    let id = id
+        .trim()
+        .parse()
+        .map_err(|_| format!("'{id}': expected a token id"))?;
+    let b = b
+        .trim()
+        .parse()
+        .map_err(|_| format!("'{b}': expected a number or -inf"))?;
+    Ok((id, b))
+}
+
+impl SamplingArgs {
+    pub fn config(&self) -> SamplerConfig {
+        SamplerConfig {
+            temperature: self.temperature,
+            top_k: self.top_k,
+            top_p: self.top_p,
+            min_p: self.min_p,
+            repeat_penalty: self.repeat_penalty,
+            presence_penalty: self.presence_penalty,
+            frequency_penalty: self.frequency_penalty,
+            penalty_last_n: self.repeat_last_n,
+            logit_bias: self.logit_bias.clone(),
+            seed: self.seed,
+        }
+    }
+}
+
+/// Parse "1,2,3" into ids.
+pub fn parse_ids(s: &str) -> Result<Vec<u32>> {
+    s.split(',')
+        .filter(|x| !x.trim().is_empty())
+        .map(|x| {
+            x.trim().parse::<u32>().with_context(|| {
+                format!("'{x}' is not a token id (expected comma-separated integers)")
+            })
+        })
+        .collect()
+}
