@@ -1,0 +1,7 @@
+#!/usr/bin/env bash
+# Every test: fetch the default model if it is missing (the golden tests run on it), then run
+# the whole workspace's tests in release mode (the model tests need optimised code).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+bash scripts/fetch-model.sh
+cargo test --release --workspace
