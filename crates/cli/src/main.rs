@@ -1,6 +1,7 @@
 //! `toy`: train, evaluate, inspect and run small language models. A thin `main` that
 //! parses the command line and hands each command to its own file.
 
+mod cmd_bench;
 mod cmd_chat;
 mod cmd_eval;
 mod cmd_generate;
@@ -47,6 +48,8 @@ enum Cmd {
     Template(cmd_template::Args),
     /// Rewrite a model with its matrices in another weight type.
     Quantize(cmd_quantize::Args),
+    /// Measure prefill and decode speed (as llama-bench).
+    Bench(cmd_bench::Args),
 }
 
 fn main() -> ExitCode {
@@ -69,6 +72,7 @@ fn main() -> ExitCode {
         Cmd::Eval(c) => cmd_eval::run(c),
         Cmd::Template(a) => cmd_template::run(a),
         Cmd::Quantize(a) => cmd_quantize::run(a),
+        Cmd::Bench(a) => cmd_bench::run(a),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

@@ -1,0 +1,121 @@
+//! `toy bench`: prefill and decode speed in the manner of llama-bench (pp512 / tg128):
+//! prefill is one batched forward of `-p` tokens, decode is `-n` single-token steps from an
+//! empty cache; each is repeated `-r` times and reported as mean ± sd tokens/s, with the
+//! peak resident memory and the kernels this CPU dispatched to.
+
+use crate::common::{load, ModelArgs};
+use anyhow::{bail, Result};
+use std::time::Instant;
+use tinynn::kernels::dot::simd_level;
+use toy::model::Logits;
+
+#[derive(clap::Args)]
+pub struct Args {
+    #[command(flatten)]
+    model: ModelArgs,
+    /// Prompt tokens per prefill run.
+    #[arg(short = 'p', long = "n-prompt", default_value_t = 512)]
+    n_prompt: usize,
+    /// Tokens per decode run.
+    #[arg(short = 'n', long = "n-gen", default_value_t = 128)]
+    n_gen: usize,
+    /// Repetitions of each test.
+    #[arg(short = 'r', long, default_value_t = 5)]
+    reps: usize,
+    #[arg(long)]
+    json: bool,
+}
+
+/// Mean and sample standard deviation.
+fn stats(xs: &[f64]) -> (f64, f64) {
+    let n = xs.len() as f64;
+    let mean = xs.iter().sum::<f64>() / n;
+    let var = if xs.len() > 1 {
+        xs.iter().map(|x| (x - mean).powi(2)).sum::<f64>() / (n - 1.0)
+    } else {
+        0.0
+    };
+    (mean, var.sqrt())
+}
+
+/// Peak resident set size in MiB (VmHWM), where the OS reports it.
+pub fn peak_rss_mib() -> Option<f64> {
+    let s = std::fs::read_to_string("/proc/self/status").ok()?;
+    let line = s.lines().find(|l| l.starts_with("VmHWM:"))?;
+    let kb: f64 = line.split_whitespace().nth(1)?.parse().ok()?;
+    Some(kb / 1024.0)
+}
+
+pub fn run(a: Args) -> Result<()> {
+    if a.reps == 0 || (a.n_prompt == 0 && a.n_gen == 0) {
+        bail!("nothing to measure: give -r >= 1 and -p or -n > 0");
+    }
+    let (model, _tok) = load(&a.model)?;
+    let vocab = model.cfg.vocab as u32;
+    let ctx = a.n_prompt.max(a.n_gen + 1);
+    let mut state = model.new_state(ctx, a.n_prompt.max(1));
+    // Deterministic pseudo-random tokens, as llama-bench feeds random ids.
+    let prompt: Vec<u32> = (0..a.n_prompt as u32)
+        .map(|i| (i.wrapping_mul(2654435761) >> 7) % vocab)
+        .collect();
+    let (mut pp, mut tg) = (Vec::new(), Vec::new());
+    // One warm-up run of each (page in the weights), as llama-bench does.
+    for rep in 0..=a.reps {
+        if a.n_prompt > 0 {
+            state.reset();
+            let t = Instant::now();
+            model.forward(&mut state, &prompt, Logits::Last)?;
+            if rep > 0 {
+                pp.push(a.n_prompt as f64 / t.elapsed().as_secs_f64());
+            }
+        }
+        if a.n_gen > 0 {
+            state.reset();
+            let mut id = prompt.first().copied().unwrap_or(1);
+            let t = Instant::now();
+            for _ in 0..a.n_gen {
+                let logits = model.forward(&mut state, &[id], Logits::Last)?;
+                id = toy::infer::sampler::argmax(logits);
+            }
+            if rep > 0 {
+                tg.push(a.n_gen as f64 / t.elapsed().as_secs_f64());
+            }
+        }
+    }
+    let ((ppm, pps), (tgm, tgs)) = (stats(&pp), stats(&tg));
+    let kernels = serde_json::json!({
+        "simd": format!("{:?}", simd_level()),
+        "threads": rayon::current_num_threads(),
+        "matmul": "panel dequantize + gemm (prefill), row dequantize + dot (decode)",
+        "weights": model.file.tensors.iter().fold(std::collections::BTreeMap::<String, usize>::new(), |mut m, t| { *m.entry(t.ty.name().to_string()).or_default() += 1; m }),
+    });
+    let rss = peak_rss_mib();
+    if a.json {
+        println!(
+            "{}",
+            serde_json::json!({
+                "model": a.model.model.display().to_string(),
+                "n_prompt": a.n_prompt, "n_gen": a.n_gen, "reps": a.reps,
+                "prefill_tok_s": {"mean": ppm, "sd": pps},
+                "decode_tok_s": {"mean": tgm, "sd": tgs},
+                "peak_rss_mib": rss,
+                "kernels": kernels,
+            })
+        );
+    } else {
+        println!(
+            "model {}  threads {}  simd {:?}",
+            a.model.model.display(),
+            rayon::current_num_threads(),
+            simd_level()
+        );
+        if a.n_prompt > 0 {
+            println!("pp{:<5} {:>9.1} ± {:.1} tok/s", a.n_prompt, ppm, pps);
+        }
+        if a.n_gen > 0 {
+            println!("tg{:<5} {:>9.1} ± {:.1} tok/s", a.n_gen, tgm, tgs);
+        }
+        println!("peak RSS {:.1} MiB", rss.unwrap_or(f64::NAN));
+    }
+    Ok(())
+}
