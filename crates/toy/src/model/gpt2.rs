@@ -2,7 +2,7 @@
 //! position embeddings, pre-LayerNorm blocks with a fused qkv projection, GELU MLP, all
 //! linear layers with bias. Letters: T tokens, C width, H heads, D head size, F MLP width.
 
-use super::weights::{load_f32, Linear, Weight};
+use super::weights::{embedding_and_head, load_f32, Linear, Weight};
 use super::{Config, ModelError, State};
 use crate::gguf::GgufFile;
 use crate::infer::kv_cache::round_queries;
@@ -106,11 +106,7 @@ pub struct Gpt2 {
 
 impl Gpt2 {
     pub fn load(f: &GgufFile, cfg: &Config) -> Result<Self, ModelError> {
-        let token_embd = Weight::load(f, "token_embd.weight", cfg.d_model, cfg.vocab)?;
-        let output = match f.tensor("output.weight") {
-            Some(_) => Weight::load(f, "output.weight", cfg.d_model, cfg.vocab)?,
-            None => token_embd.clone(),
-        };
+        let (token_embd, output) = embedding_and_head(f, cfg)?;
         Ok(Self {
             position_embd: Weight::load(f, "position_embd.weight", cfg.d_model, cfg.ctx_train)?,
             blocks: (0..cfg.n_layer)

@@ -4,7 +4,7 @@
 //! where attn is GQA with RoPE and mlp is SwiGLU. Letters: T tokens in the batch, C width,
 //! H / Hkv heads, D head size, F MLP width, V vocabulary.
 
-use super::weights::{load_f32, load_f32_opt, Linear, Weight};
+use super::weights::{embedding_and_head, load_f32, load_f32_opt, Linear, Weight};
 use super::{Config, ModelError, State};
 use crate::gguf::GgufFile;
 use crate::infer::kv_cache::round_queries;
@@ -124,11 +124,7 @@ pub struct Llama {
 
 impl Llama {
     pub fn load(f: &GgufFile, cfg: &Config) -> Result<Self, ModelError> {
-        let token_embd = Weight::load(f, "token_embd.weight", cfg.d_model, cfg.vocab)?;
-        let output = match f.tensor("output.weight") {
-            Some(_) => Weight::load(f, "output.weight", cfg.d_model, cfg.vocab)?,
-            None => token_embd.clone(),
-        };
+        let (token_embd, output) = embedding_and_head(f, cfg)?;
         let freq_factors = load_f32_opt(f, "rope_freqs.weight", cfg.rope_dim / 2)?;
         Ok(Self {
             blocks: (0..cfg.n_layer)

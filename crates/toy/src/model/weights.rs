@@ -125,3 +125,17 @@ impl Linear {
         }
     }
 }
+
+/// `token_embd.weight` (V, C) and the output head: `output.weight`, or the embedding itself
+/// when the two are tied.
+pub fn embedding_and_head(
+    f: &GgufFile,
+    cfg: &super::Config,
+) -> Result<(Weight, Weight), ModelError> {
+    let token_embd = Weight::load(f, "token_embd.weight", cfg.d_model, cfg.vocab)?;
+    let output = match f.tensor("output.weight") {
+        Some(_) => Weight::load(f, "output.weight", cfg.d_model, cfg.vocab)?,
+        None => token_embd.clone(),
+    };
+    Ok((token_embd, output))
+}
