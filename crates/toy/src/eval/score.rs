@@ -49,10 +49,19 @@ pub fn score(
     if prompt.is_empty() || continuation.is_empty() {
         return Err(ModelError::Empty);
     }
+    // The last continuation token is never fed to `forward`, so check it (and the rest) here:
+    // an out-of-range id would otherwise score as a silent -inf.
+    let v = model.cfg.vocab;
+    if let Some(&id) = prompt
+        .iter()
+        .chain(continuation)
+        .find(|&&id| id as usize >= v)
+    {
+        return Err(ModelError::BadToken { id, vocab: v });
+    }
     let mut input = prompt.to_vec();
     input.extend_from_slice(&continuation[..continuation.len() - 1]);
     state.reset();
-    let v = model.cfg.vocab;
     let logits = model.forward(state, &input, Logits::All)?;
     Ok(continuation
         .iter()
