@@ -11,6 +11,7 @@ pub mod act_quant;
 pub mod attention;
 pub mod dot;
 pub mod norm;
+pub mod qdot;
 pub mod qmatmul;
 pub mod rope;
 

@@ -8,6 +8,7 @@
 
 use super::act_quant::{block_mins, has_min_term, q8_1_sum_corrections, round_for, vec_dot_type};
 use super::dot::dot;
+use super::qdot::{dot_q4_1, dot_q8_0, has_fast_q4_1, Q8_1Act};
 use crate::quant::{can_dequantize, dequantize, GgmlType};
 use rayon::prelude::*;
 use std::cell::RefCell;
@@ -122,7 +123,34 @@ fn with_rounded<R>(ty: GgmlType, x: &[f32], k: usize, f: impl FnOnce(&[f32], &[f
 pub fn matvec(w: &QMat, x: &[f32], y: &mut [f32]) {
     assert_eq!(x.len(), w.cols, "matvec input width");
     assert_eq!(y.len(), w.rows, "matvec output height");
+    let int_dot: Option<fn(&[u8], &Q8_1Act) -> f32> = match w.ty {
+        GgmlType::Q4_1 => Some(dot_q4_1),
+        GgmlType::Q8_0 => Some(dot_q8_0),
+        _ => None,
+    };
+    if let Some(f) = int_dot.filter(|_| w.cols.is_multiple_of(32) && has_fast_q4_1()) {
+        return matvec_int8(w, x, y, f);
+    }
     with_rounded(w.ty, x, w.cols, |x, corr| matvec_exact(w, x, corr, y))
+}
+
+thread_local! {
+    static ACT: RefCell<Q8_1Act> = RefCell::new(Q8_1Act::default());
+}
+
+/// Decode's Q4_1 / Q8_0 product: quantize x to 8 bits once, then an integer dot per row.
+fn matvec_int8(w: &QMat, x: &[f32], y: &mut [f32], row_dot: fn(&[u8], &Q8_1Act) -> f32) {
+    ACT.with(|act| {
+        let mut act = act.borrow_mut();
+        act.quantize(x);
+        let act = &*act;
+        let chunk = (w.rows / (rayon::current_num_threads() * 4)).clamp(8, 256);
+        y.par_chunks_mut(chunk).enumerate().for_each(|(c, ys)| {
+            for (i, yi) in ys.iter_mut().enumerate() {
+                *yi = row_dot(w.row(c * chunk + i), act);
+            }
+        });
+    })
 }
 
 /// `y = W x` on `x` as given, plus the min-term corrections `corr` (K/32) if any.
@@ -172,7 +200,8 @@ pub fn matmul(w: &QMat, x: &[f32], t: usize, y: &mut [f32]) {
 /// `Y = X W^T` on `X` as given, plus corrections `corr` (T, K/32) times the block mins.
 fn matmul_exact(w: &QMat, x: &[f32], corr: &[f32], t: usize, y: &mut [f32]) {
     let (n, k) = (w.rows, w.cols);
-    let panel = (n / (rayon::current_num_threads() * 4)).clamp(16, 128);
+    // The panel depends on N only, so results do not change with the thread count.
+    let panel = (n / 8).clamp(16, 128);
     let out = OutPtr(y.as_mut_ptr());
     (0..n.div_ceil(panel)).into_par_iter().for_each(|p| {
         let r0 = p * panel;

@@ -1,0 +1,237 @@
+//! Integer dot products of a quantized weight row with activations quantized to 8 bits,
+//! as ggml's `ggml_vec_dot_q4_1_q8_1`: per 32-block, d_w * d_x * sum(q_w * q_x) + m_w * s_x,
+//! where s_x = fp16(d_x * sum(q_x)) is stored with the activation block. This is decode's
+//! hot loop: it streams each Q4_1 weight once, as 4-bit integers, with no f32 copy.
+//! An AVX2 build (maddubs + madd, as ggml's `mul_sum_us8_pairs_float`) sits beside the
+//! scalar reference that the tests compare it with.
+
+use half::f16;
+
+/// Activations quantized to Q8_1 blocks of 32: scale d, stored sum s, and 8-bit values.
+#[derive(Default)]
+pub struct Q8_1Act {
+    pub d: Vec<f32>,
+    pub s: Vec<f32>,
+    pub qs: Vec<i8>,
+}
+
+/// Round to nearest, ties to even, for |x| < 2^22.
+#[inline(always)]
+fn rne(x: f32) -> f32 {
+    (x + 12582912.0) - 12582912.0
+}
+
+impl Q8_1Act {
+    /// Quantize `x` (a multiple of 32 long) as ggml's AVX2 `quantize_row_q8_1`.
+    pub fn quantize(&mut self, x: &[f32]) {
+        self.d.clear();
+        self.s.clear();
+        self.qs.clear();
+        for b in x.chunks_exact(32) {
+            let amax = b.iter().fold(0f32, |m, v| m.max(v.abs()));
+            let d = amax / 127.0;
+            let id = if amax != 0.0 { 127.0 / amax } else { 0.0 };
+            let mut sum = 0i32;
+            for v in b {
+                let q = rne(v * id) as i32;
+                sum += q;
+                self.qs.push(q as i8);
+            }
+            self.d.push(f16::from_f32(d).to_f32());
+            self.s.push(f16::from_f32(d * sum as f32).to_f32());
+        }
+    }
+}
+
+const Q4_1_BYTES: usize = 20;
+
+/// Scalar reference: a Q4_1 row (K/32 blocks of 20 bytes) against Q8_1 activations.
+pub fn dot_q4_1_ref(row: &[u8], a: &Q8_1Act) -> f32 {
+    let mut sum = 0f32;
+    for (b, blk) in row.chunks_exact(Q4_1_BYTES).enumerate() {
+        let d = f16::from_le_bytes([blk[0], blk[1]]).to_f32();
+        let m = f16::from_le_bytes([blk[2], blk[3]]).to_f32();
+        let q = &a.qs[b * 32..(b + 1) * 32];
+        let mut isum = 0i32;
+        for j in 0..16 {
+            isum += (blk[4 + j] & 0x0F) as i32 * q[j] as i32
+                + (blk[4 + j] >> 4) as i32 * q[j + 16] as i32;
+        }
+        sum += d * a.d[b] * isum as f32 + m * a.s[b];
+    }
+    sum
+}
+
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn dot_q4_1_avx2(row: &[u8], a: &Q8_1Act) -> f32 {
+    use std::arch::x86_64::*;
+    let nb = row.len() / Q4_1_BYTES;
+    assert!(a.qs.len() >= nb * 32 && a.d.len() >= nb && a.s.len() >= nb);
+    let low = _mm256_set1_epi8(0x0F);
+    let ones = _mm256_set1_epi16(1);
+    let mut acc = _mm256_setzero_ps();
+    let mut msum = 0f32;
+    for b in 0..nb {
+        let p = row.as_ptr().add(b * Q4_1_BYTES);
+        let dm = _mm_cvtph_ps(_mm_cvtsi32_si128(std::ptr::read_unaligned(p as *const i32)));
+        let (d, m) = (_mm_cvtss_f32(dm), _mm_cvtss_f32(_mm_shuffle_ps(dm, dm, 1)));
+        let raw = _mm_loadu_si128(p.add(4) as *const __m128i);
+        // elements 0..15 are the low nibbles, 16..31 the high ones
+        let w = _mm256_and_si256(_mm256_set_m128i(_mm_srli_epi16(raw, 4), raw), low);
+        let x = _mm256_loadu_si256(a.qs.as_ptr().add(b * 32) as *const __m256i);
+        let prod = _mm256_madd_epi16(_mm256_maddubs_epi16(w, x), ones);
+        acc = _mm256_fmadd_ps(_mm256_set1_ps(d * a.d[b]), _mm256_cvtepi32_ps(prod), acc);
+        msum += m * a.s[b];
+    }
+    let h = _mm_add_ps(_mm256_castps256_ps128(acc), _mm256_extractf128_ps(acc, 1));
+    let h = _mm_add_ps(h, _mm_movehl_ps(h, h));
+    let h = _mm_add_ss(h, _mm_shuffle_ps(h, h, 1));
+    _mm_cvtss_f32(h) + msum
+}
+
+const Q8_0_BYTES: usize = 34;
+
+/// Scalar reference: a Q8_0 row (K/32 blocks of 34 bytes) against 8-bit activations, as
+/// ggml's `ggml_vec_dot_q8_0_q8_0` (the activation's stored sum is not used).
+pub fn dot_q8_0_ref(row: &[u8], a: &Q8_1Act) -> f32 {
+    let mut sum = 0f32;
+    for (b, blk) in row.chunks_exact(Q8_0_BYTES).enumerate() {
+        let d = f16::from_le_bytes([blk[0], blk[1]]).to_f32();
+        let q = &a.qs[b * 32..(b + 1) * 32];
+        let isum: i32 = blk[2..]
+            .iter()
+            .zip(q)
+            .map(|(w, x)| (*w as i8) as i32 * *x as i32)
+            .sum();
+        sum += d * a.d[b] * isum as f32;
+    }
+    sum
+}
+
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn dot_q8_0_avx2(row: &[u8], a: &Q8_1Act) -> f32 {
+    use std::arch::x86_64::*;
+    let nb = row.len() / Q8_0_BYTES;
+    assert!(a.qs.len() >= nb * 32 && a.d.len() >= nb);
+    let ones = _mm256_set1_epi16(1);
+    let mut acc = _mm256_setzero_ps();
+    for b in 0..nb {
+        let p = row.as_ptr().add(b * Q8_0_BYTES);
+        let d = _mm_cvtss_f32(_mm_cvtph_ps(_mm_cvtsi32_si128(std::ptr::read_unaligned(
+            p as *const u16,
+        ) as i32)));
+        let w = _mm256_loadu_si256(p.add(2) as *const __m256i);
+        let x = _mm256_loadu_si256(a.qs.as_ptr().add(b * 32) as *const __m256i);
+        // |w| (unsigned) times x with w's sign, so maddubs sees u8 x i8
+        let prod = _mm256_madd_epi16(
+            _mm256_maddubs_epi16(_mm256_sign_epi8(w, w), _mm256_sign_epi8(x, w)),
+            ones,
+        );
+        acc = _mm256_fmadd_ps(_mm256_set1_ps(d * a.d[b]), _mm256_cvtepi32_ps(prod), acc);
+    }
+    let h = _mm_add_ps(_mm256_castps256_ps128(acc), _mm256_extractf128_ps(acc, 1));
+    let h = _mm_add_ps(h, _mm_movehl_ps(h, h));
+    let h = _mm_add_ss(h, _mm_shuffle_ps(h, h, 1));
+    _mm_cvtss_f32(h)
+}
+
+/// A Q8_0 row against 8-bit activations, on the best kernel this CPU has.
+pub fn dot_q8_0(row: &[u8], a: &Q8_1Act) -> f32 {
+    #[cfg(target_arch = "x86_64")]
+    if has_fast_q4_1() {
+        // SAFETY: the features were detected on this CPU; lengths are checked inside.
+        return unsafe { dot_q8_0_avx2(row, a) };
+    }
+    dot_q8_0_ref(row, a)
+}
+
+/// Whether the fast integer kernels (Q4_1, Q8_0) run on this CPU.
+pub fn has_fast_q4_1() -> bool {
+    use super::dot::{simd_level, SimdLevel};
+    #[cfg(target_arch = "x86_64")]
+    {
+        simd_level() != SimdLevel::Scalar && is_x86_feature_detected!("f16c")
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    {
+        let _ = (simd_level(), SimdLevel::Scalar);
+        false
+    }
+}
+
+/// A Q4_1 row against Q8_1 activations, on the best kernel this CPU has.
+pub fn dot_q4_1(row: &[u8], a: &Q8_1Act) -> f32 {
+    #[cfg(target_arch = "x86_64")]
+    if has_fast_q4_1() {
+        // SAFETY: the features were detected on this CPU; lengths are checked inside.
+        return unsafe { dot_q4_1_avx2(row, a) };
+    }
+    dot_q4_1_ref(row, a)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::quant::{quantize, GgmlType};
+
+    fn data(n: usize, seed: u64) -> Vec<f32> {
+        let mut s = seed.wrapping_mul(0x9E3779B97F4A7C15) | 1;
+        (0..n)
+            .map(|_| {
+                s ^= s << 13;
+                s ^= s >> 7;
+                s ^= s << 17;
+                ((s >> 40) as f32 / (1u64 << 24) as f32) * 2.0 - 1.0
+            })
+            .collect()
+    }
+
+    #[test]
+    fn fast_q8_0_matches_reference_and_f32() {
+        for k in [32, 576, 96] {
+            let mut w = data(k, k as u64 + 3);
+            w[5] = -1.0; // a block whose extreme is negative
+            let mut row = vec![0u8; k / 32 * Q8_0_BYTES];
+            quantize(GgmlType::Q8_0, &w, &mut row).unwrap();
+            let x = data(k, 11 + k as u64);
+            let mut a = Q8_1Act::default();
+            a.quantize(&x);
+            let (fast, slow) = (dot_q8_0(&row, &a), dot_q8_0_ref(&row, &a));
+            assert!(
+                (fast - slow).abs() <= 1e-4 * (1.0 + slow.abs()),
+                "k={k}: {fast} vs {slow}"
+            );
+            let exact: f32 = w.iter().zip(&x).map(|(p, q)| p * q).sum();
+            assert!(
+                (slow - exact).abs() < 0.02 * (1.0 + exact.abs()),
+                "k={k}: {slow} vs {exact}"
+            );
+        }
+    }
+
+    #[test]
+    fn fast_q4_1_matches_reference_and_f32() {
+        for k in [32, 576, 1536, 96] {
+            let w = data(k, k as u64);
+            let mut row = vec![0u8; k / 32 * Q4_1_BYTES];
+            quantize(GgmlType::Q4_1, &w, &mut row).unwrap();
+            let x = data(k, 7 + k as u64);
+            let mut a = Q8_1Act::default();
+            a.quantize(&x);
+            let (fast, slow) = (dot_q4_1(&row, &a), dot_q4_1_ref(&row, &a));
+            assert!(
+                (fast - slow).abs() <= 1e-4 * (1.0 + slow.abs()),
+                "k={k}: {fast} vs {slow}"
+            );
+            let mut wf = vec![0f32; k];
+            crate::quant::dequantize(GgmlType::Q4_1, &row, &mut wf).unwrap();
+            let exact: f32 = wf.iter().zip(&x).map(|(p, q)| p * q).sum();
+            assert!(
+                (slow - exact).abs() < 0.05 * (1.0 + exact.abs()),
+                "k={k}: {slow} vs {exact}"
+            );
+        }
+    }
+}
