@@ -2,30 +2,14 @@
 //! prompt of each chat in `shared/golden/smollm2-135m-q4_1.llama.cpp.json`, byte for byte,
 //! and the errors for a missing or broken template.
 
-use std::path::{Path, PathBuf};
+mod common;
 
+use common::{golden, model_path};
 use toy::chat_template::{ChatMessage, ChatTemplate, TemplateError};
 use toy::gguf::{GgufFile, GgufWriter, Value, ValueType};
 
-fn root() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
-}
-
 fn model() -> GgufFile {
-    let path = root().join("models/SmolLM2-135M-Instruct.Q4_1.gguf");
-    assert!(
-        path.exists(),
-        "model file {} is missing: run scripts/fetch-model.sh",
-        path.display()
-    );
-    GgufFile::open(&path).expect("open model")
-}
-
-fn golden() -> serde_json::Value {
-    let path = root().join("../shared/golden/smollm2-135m-q4_1.llama.cpp.json");
-    let text = std::fs::read_to_string(&path)
-        .unwrap_or_else(|e| panic!("golden file {}: {e}", path.display()));
-    serde_json::from_str(&text).expect("golden json")
+    GgufFile::open(&model_path()).expect("open model")
 }
 
 /// A GGUF with a three-token vocabulary and, optionally, a chat template.

@@ -4,25 +4,11 @@
 //! The model path comes from `TOY_MODEL`, else `<workspace>/models/`. A missing model fails
 //! the test (run `scripts/fetch-model.sh`) rather than skipping it silently.
 
-use std::path::PathBuf;
+mod common;
 
+use common::model_path;
 use tinynn::quant::GgmlType;
 use toy::gguf::{GgufFile, GgufWriter, Value, ValueType};
-
-fn model_path() -> PathBuf {
-    let path = std::env::var_os("TOY_MODEL")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| {
-            PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-                .join("../../models/SmolLM2-135M-Instruct.Q4_1.gguf")
-        });
-    assert!(
-        path.exists(),
-        "model not found at {}: run scripts/fetch-model.sh (or set TOY_MODEL)",
-        path.display()
-    );
-    path
-}
 
 #[test]
 fn gguf_smollm2_metadata_and_tensors() {

@@ -2,36 +2,17 @@
 //! pieces of the prompts in `shared/golden/smollm2-135m-q4_1.llama.cpp.json`, round trips,
 //! the gpl-3.txt token count llama-perplexity saw, and streaming of multi-byte text.
 
-use std::path::{Path, PathBuf};
+mod common;
+
+use common::{golden, golden_dir, model_path};
 use std::time::Instant;
 
 use toy::gguf::GgufFile;
 use toy::tokenizer::Tokenizer;
 
-fn root() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
-}
-
-fn golden_dir() -> PathBuf {
-    root().join("../shared/golden")
-}
-
 fn tokenizer() -> Tokenizer {
-    let path = root().join("models/SmolLM2-135M-Instruct.Q4_1.gguf");
-    assert!(
-        path.exists(),
-        "model file {} is missing: run scripts/fetch-model.sh",
-        path.display()
-    );
-    let f = GgufFile::open(&path).expect("open model");
+    let f = GgufFile::open(&model_path()).expect("open model");
     Tokenizer::from_gguf(&f).expect("tokenizer from gguf")
-}
-
-fn golden() -> serde_json::Value {
-    let path = golden_dir().join("smollm2-135m-q4_1.llama.cpp.json");
-    let text = std::fs::read_to_string(&path)
-        .unwrap_or_else(|e| panic!("golden file {}: {e}", path.display()));
-    serde_json::from_str(&text).expect("golden json")
 }
 
 fn ids(v: &serde_json::Value) -> Vec<u32> {
