@@ -13,6 +13,18 @@ pub fn rmsnorm(x: &[f32], w: &[f32], eps: f32, out: &mut [f32]) {
     }
 }
 
+/// RMSNorm of each row of `w.len()` in `x`, in place (Qwen3's per-head q/k norm).
+pub fn rmsnorm_inplace(x: &mut [f32], w: &[f32], eps: f32) {
+    let c = w.len();
+    for xr in x.chunks_exact_mut(c) {
+        let ss: f64 = xr.iter().map(|v| (*v as f64) * (*v as f64)).sum();
+        let scale = 1.0 / ((ss / c as f64) as f32 + eps).sqrt();
+        xr.iter_mut()
+            .zip(w)
+            .for_each(|(v, wi)| *v = *v * scale * wi);
+    }
+}
+
 /// `out = (x - mean) / sqrt(var + eps) * w + b` for each row of C in x (T, C).
 pub fn layernorm(x: &[f32], w: &[f32], b: &[f32], eps: f32, out: &mut [f32]) {
     let c = w.len();
@@ -40,6 +52,9 @@ mod tests {
         // rms of row 0 is sqrt(25/4) = 2.5
         assert!((out[0] - 1.2).abs() < 1e-6 && (out[1] + 3.2).abs() < 1e-6);
         assert!(out[4..].iter().zip(&w).all(|(v, wi)| (v - wi).abs() < 1e-6));
+        let mut y = x;
+        rmsnorm_inplace(&mut y, &w, 0.0);
+        assert_eq!(y, out);
     }
 
     #[test]

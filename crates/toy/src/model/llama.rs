@@ -11,7 +11,7 @@ use crate::infer::kv_cache::round_queries;
 use std::ops::Range;
 use tinynn::kernels::act::swiglu;
 use tinynn::kernels::attention::{causal_attention, AttnShape};
-use tinynn::kernels::norm::rmsnorm;
+use tinynn::kernels::norm::{rmsnorm, rmsnorm_inplace};
 use tinynn::kernels::rope::Rope;
 
 /// One transformer block, tensors named as in GGUF (`blk.{i}.*`).
@@ -75,12 +75,10 @@ impl Block {
         self.attn_k.forward(file, h, t, k);
         self.attn_v.forward(file, h, t, v);
         if let Some(w) = &self.attn_q_norm {
-            let tmp = q.to_vec();
-            rmsnorm(&tmp, w, cfg.norm_eps, q);
+            rmsnorm_inplace(q, w, cfg.norm_eps);
         }
         if let Some(w) = &self.attn_k_norm {
-            let tmp = k.to_vec();
-            rmsnorm(&tmp, w, cfg.norm_eps, k);
+            rmsnorm_inplace(k, w, cfg.norm_eps);
         }
         for i in 0..t {
             rope.apply(&mut q[i * qd..(i + 1) * qd], d, pos0 + i);
