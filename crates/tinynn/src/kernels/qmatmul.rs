@@ -296,17 +296,7 @@ mod tests {
     use super::*;
     use crate::quant::quantize;
 
-    fn data(n: usize, seed: u64) -> Vec<f32> {
-        let mut s = seed.wrapping_mul(0x9E3779B97F4A7C15) | 1;
-        (0..n)
-            .map(|_| {
-                s ^= s << 13;
-                s ^= s >> 7;
-                s ^= s << 17;
-                ((s >> 40) as f32 / (1u64 << 24) as f32) * 2.0 - 1.0
-            })
-            .collect()
-    }
+    use super::super::test_data as data;
 
     fn check(ty: GgmlType, n: usize, k: usize, t: usize) {
         let wf = data(n * k, 1);
