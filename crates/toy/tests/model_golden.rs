@@ -6,7 +6,8 @@
 mod common;
 
 use toy::eval::perplexity::perplexity;
-use toy::eval::score::score;
+use toy::eval::score::{score, top_logprobs, TokenScore};
+use toy::model::Logits;
 use toy::model::Model;
 use toy::tokenizer::Tokenizer;
 
@@ -18,6 +19,32 @@ fn ids(v: &serde_json::Value) -> Vec<u32> {
         .collect()
 }
 
+/// Scores as llama.cpp produced the reference: the prompt in one batch, then one token at a
+/// time along `gen`, reading the log-softmax before each token is fed.
+fn decode_scores(
+    model: &Model,
+    state: &mut toy::model::State,
+    prompt: &[u32],
+    gen: &[u32],
+) -> Vec<TokenScore> {
+    let mut logits = model
+        .forward(state, prompt, Logits::Last)
+        .expect("prefill")
+        .to_vec();
+    let mut out = Vec::new();
+    for &id in gen {
+        let top = top_logprobs(&logits, 1);
+        let lse = tinynn::kernels::act::log_sum_exp(&logits);
+        out.push(TokenScore {
+            id,
+            logprob: logits[id as usize] as f64 - lse,
+            top,
+        });
+        logits.copy_from_slice(model.forward(state, &[id], Logits::Last).expect("decode"));
+    }
+    out
+}
+
 #[test]
 fn teacher_forced_agreement_with_llama_cpp() {
     let model = Model::open(&common::model_path()).expect("model loads");
@@ -27,7 +54,7 @@ fn teacher_forced_agreement_with_llama_cpp() {
         let prompt = ids(&c["prompt_tokens"]);
         let gen = ids(&c["generated_token_ids"]);
         let mut state = model.new_state(prompt.len() + gen.len(), 64);
-        let scores = score(&model, &mut state, &prompt, &gen, 1).expect("score");
+        let scores = decode_scores(&model, &mut state, &prompt, &gen);
         for (s, step) in scores.iter().zip(c["steps"].as_array().expect("steps")) {
             let want_id = step["id"].as_u64().expect("id") as u32;
             let want_lp = step["logprob"].as_f64().expect("logprob");
@@ -54,6 +81,37 @@ fn teacher_forced_agreement_with_llama_cpp() {
     );
     assert!(rate >= 0.97, "top-1 agreement {rate:.3} < 0.97");
     assert!(mean <= 0.03, "mean |logprob diff| {mean:.4} > 0.03");
+}
+
+/// Batched prefill must give the logits of token-by-token decoding: with the integer
+/// kernels (AVX2 rows, VNNI tiles) they sum in the same order, so the bits are equal.
+#[test]
+fn batched_scores_equal_token_by_token_scores() {
+    let model = Model::open(&common::model_path()).expect("model loads");
+    let golden = common::golden();
+    let c = &golden["completions"][1];
+    let (prompt, gen) = (ids(&c["prompt_tokens"]), ids(&c["generated_token_ids"]));
+    let mut state = model.new_state(prompt.len() + gen.len(), 64);
+    let batched = score(&model, &mut state, &prompt, &gen, 1).expect("score");
+    let mut state = model.new_state(prompt.len() + gen.len(), 64);
+    let stepwise = decode_scores(&model, &mut state, &prompt, &gen);
+    let exact = tinynn::kernels::qgemm::has_vnni() && tinynn::kernels::qdot::has_fast_q4_1();
+    for (i, (a, b)) in batched.iter().zip(&stepwise).enumerate() {
+        if exact {
+            assert_eq!(
+                a.logprob, b.logprob,
+                "step {i}: batched and stepwise differ"
+            );
+        } else {
+            // f32 GEMM and row dots round differently; activation quantization amplifies it
+            assert!(
+                (a.logprob - b.logprob).abs() < 1.0,
+                "step {i}: {} vs {}",
+                a.logprob,
+                b.logprob
+            );
+        }
+    }
 }
 
 #[test]

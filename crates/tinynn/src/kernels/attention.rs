@@ -50,6 +50,13 @@ pub fn causal_attention(
             )
         };
         if s.f16_accumulate {
+            #[cfg(target_arch = "x86_64")]
+            if d % 16 == 0 && d <= 256 && super::dot::simd_level() == super::dot::SimdLevel::Avx512
+            {
+                // SAFETY: AVX-512 was detected; rows base.. hold n positions of D each.
+                unsafe { online_f16_avx512(qv, &k[base..], &v[base..], n, scale, o) };
+                return;
+            }
             online_f16(qv, n, scale, kv_rows, o);
             return;
         }
@@ -116,6 +123,92 @@ fn online_f16<'a>(
     o.iter_mut().for_each(|x| *x *= inv);
 }
 
+/// q . k in the order of ggml's AVX-512 `ggml_vec_dot_f16` (four 16-lane accumulators over
+/// 64-element steps, reduced pairwise, then GCC's `_mm512_reduce_add_ps` order; a tail of
+/// fewer than 64 in f64), so attention scores carry llama.cpp's bits.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f,fma")]
+unsafe fn dot_f16_order(q: &[std::arch::x86_64::__m512], k: *const f32) -> f32 {
+    use std::arch::x86_64::*;
+    let mut sum = [_mm512_setzero_ps(); 4];
+    let steps = q.len() / 4;
+    for c in 0..steps {
+        for (j, acc) in sum.iter_mut().enumerate() {
+            *acc = _mm512_fmadd_ps(q[4 * c + j], _mm512_loadu_ps(k.add(64 * c + 16 * j)), *acc);
+        }
+    }
+    let v = _mm512_add_ps(_mm512_add_ps(sum[0], sum[2]), _mm512_add_ps(sum[1], sum[3]));
+    let t3 = _mm256_add_ps(
+        _mm256_castpd_ps(_mm512_extractf64x4_pd::<1>(_mm512_castps_pd(v))),
+        _mm256_castpd_ps(_mm512_extractf64x4_pd::<0>(_mm512_castps_pd(v))),
+    );
+    let t6 = _mm_add_ps(_mm256_extractf128_ps::<1>(t3), _mm256_castps256_ps128(t3));
+    let t8 = _mm_add_ps(t6, _mm_shuffle_ps::<0b01_00_11_10>(t6, t6));
+    let mut f = [0f32; 4];
+    _mm_storeu_ps(f.as_mut_ptr(), t8);
+    let mut total = (f[0] + f[1]) as f64;
+    for i in steps * 4..q.len() {
+        let mut qa = [0f32; 16];
+        _mm512_storeu_ps(qa.as_mut_ptr(), q[i]);
+        for (l, qv) in qa.iter().enumerate() {
+            total += (qv * *k.add(16 * i + l)) as f64;
+        }
+    }
+    total as f32
+}
+
+/// `online_f16` in AVX-512 registers (D a multiple of 16, at most 256): the query and the f16
+/// accumulator stay in registers, rounding with F16C's `vcvtps2ph`.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f,fma,f16c")]
+unsafe fn online_f16_avx512(q: &[f32], k: &[f32], v: &[f32], n: usize, scale: f32, o: &mut [f32]) {
+    use std::arch::x86_64::*;
+    let d = o.len();
+    let nv = d / 16;
+    assert!(q.len() >= d && k.len() >= n * d && v.len() >= n * d && nv <= 16);
+    #[inline(always)]
+    unsafe fn r16(x: __m512) -> __m512 {
+        _mm512_cvtph_ps(_mm512_cvtps_ph::<
+            { _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC },
+        >(x))
+    }
+    let mut qv = [_mm512_setzero_ps(); 16];
+    let mut acc = [_mm512_setzero_ps(); 16];
+    for i in 0..nv {
+        qv[i] = _mm512_loadu_ps(q.as_ptr().add(16 * i));
+    }
+    let (mut m, mut sum) = (f32::NEG_INFINITY, 0f32);
+    for p in 0..n {
+        let (kp, vp) = (k.as_ptr().add(p * d), v.as_ptr().add(p * d));
+        let sc = dot_f16_order(&qv[..nv], kp) * scale;
+        let (mut ms, mut vs) = (1f32, 1f32);
+        if sc > m {
+            ms = (m - sc).exp();
+            m = sc;
+            let msv = _mm512_set1_ps(ms);
+            for a in acc.iter_mut().take(nv) {
+                *a = r16(_mm512_mul_ps(*a, msv));
+            }
+        } else {
+            vs = (sc - m).exp();
+        }
+        let vsv = _mm512_set1_ps(vs);
+        for i in 0..nv {
+            acc[i] = r16(_mm512_fmadd_ps(
+                _mm512_loadu_ps(vp.add(16 * i)),
+                vsv,
+                acc[i],
+            ));
+        }
+        // GCC contracts ggml's `S = S*ms + vs` into one FMA
+        sum = sum.mul_add(ms, vs);
+    }
+    let inv = _mm512_set1_ps(1.0 / sum);
+    for i in 0..nv {
+        _mm512_storeu_ps(o.as_mut_ptr().add(16 * i), _mm512_mul_ps(acc[i], inv));
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -172,5 +265,31 @@ mod tests {
             "{a:?} vs {b:?}"
         );
         assert!(a != b, "f16 accumulation should round");
+    }
+
+    #[test]
+    fn simd_f16_attention_matches_portable() {
+        let (d, n) = (64, 37);
+        let k = super::super::test_data(n * d, 1);
+        let v = super::super::test_data(n * d, 2);
+        let q = super::super::test_data(d, 3);
+        let mut a = vec![0f32; d];
+        online_f16(
+            &q,
+            n,
+            0.125,
+            |p| (&k[p * d..(p + 1) * d], &v[p * d..(p + 1) * d]),
+            &mut a,
+        );
+        #[cfg(target_arch = "x86_64")]
+        if super::super::dot::simd_level() == super::super::dot::SimdLevel::Avx512 {
+            let mut b = vec![0f32; d];
+            // SAFETY: AVX-512 detected; k and v hold n rows of d.
+            unsafe { online_f16_avx512(&q, &k, &v, n, 0.125, &mut b) };
+            assert!(
+                a.iter().zip(&b).all(|(x, y)| (x - y).abs() < 2e-3),
+                "{a:?} vs {b:?}"
+            );
+        }
     }
 }

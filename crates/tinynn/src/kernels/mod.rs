@@ -8,10 +8,14 @@
 
 pub mod act;
 pub mod act_quant;
+// SIMD kernels index several register arrays in step; iterators would hide that.
+#[allow(clippy::needless_range_loop)]
 pub mod attention;
 pub mod dot;
 pub mod norm;
 pub mod qdot;
+#[allow(clippy::needless_range_loop)]
+pub mod qgemm;
 pub mod qmatmul;
 pub mod rope;
 

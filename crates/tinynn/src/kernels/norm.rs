@@ -1,12 +1,17 @@
 //! RMSNorm (Zhang & Sennrich 2019, as ggml's `rms_norm` + weight multiply) and LayerNorm
 //! (Ba et al. 2016, as ggml's `norm` + weight and bias), one row of C at a time.
 
+/// 1 / sqrt(mean(x^2) + eps), as ggml's `rms_norm`: squares in f32, summed in f64.
+fn rms_scale(x: &[f32], eps: f32) -> f32 {
+    let ss: f64 = x.iter().map(|v| (v * v) as f64).sum();
+    1.0 / ((ss / x.len() as f64) as f32 + eps).sqrt()
+}
+
 /// `out = x / sqrt(mean(x^2) + eps) * w` for each row of C in x (T, C).
 pub fn rmsnorm(x: &[f32], w: &[f32], eps: f32, out: &mut [f32]) {
     let c = w.len();
     for (xr, or) in x.chunks_exact(c).zip(out.chunks_exact_mut(c)) {
-        let ss: f64 = xr.iter().map(|v| (*v as f64) * (*v as f64)).sum();
-        let scale = 1.0 / ((ss / c as f64) as f32 + eps).sqrt();
+        let scale = rms_scale(xr, eps);
         for ((o, xi), wi) in or.iter_mut().zip(xr).zip(w) {
             *o = xi * scale * wi;
         }
@@ -17,8 +22,7 @@ pub fn rmsnorm(x: &[f32], w: &[f32], eps: f32, out: &mut [f32]) {
 pub fn rmsnorm_inplace(x: &mut [f32], w: &[f32], eps: f32) {
     let c = w.len();
     for xr in x.chunks_exact_mut(c) {
-        let ss: f64 = xr.iter().map(|v| (*v as f64) * (*v as f64)).sum();
-        let scale = 1.0 / ((ss / c as f64) as f32 + eps).sqrt();
+        let scale = rms_scale(xr, eps);
         xr.iter_mut()
             .zip(w)
             .for_each(|(v, wi)| *v = *v * scale * wi);

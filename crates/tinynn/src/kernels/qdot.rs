@@ -21,24 +21,93 @@ fn rne(x: f32) -> f32 {
     (x + 12582912.0) - 12582912.0
 }
 
+/// One token's blocks of a quantized (T, K) matrix, borrowed as a row.
+pub struct Q8_1Row<'a> {
+    pub d: &'a [f32],
+    pub s: &'a [f32],
+    pub qs: &'a [i8],
+}
+
 impl Q8_1Act {
+    /// Token `t`'s `nb` blocks.
+    pub fn token(&self, t: usize, nb: usize) -> Q8_1Row<'_> {
+        Q8_1Row {
+            d: &self.d[t * nb..(t + 1) * nb],
+            s: &self.s[t * nb..(t + 1) * nb],
+            qs: &self.qs[t * nb * 32..(t + 1) * nb * 32],
+        }
+    }
+
+    /// All blocks, as a row.
+    pub fn row(&self) -> Q8_1Row<'_> {
+        Q8_1Row {
+            d: &self.d,
+            s: &self.s,
+            qs: &self.qs,
+        }
+    }
+
     /// Quantize `x` (a multiple of 32 long) as ggml's AVX2 `quantize_row_q8_1`.
     pub fn quantize(&mut self, x: &[f32]) {
-        self.d.clear();
-        self.s.clear();
-        self.qs.clear();
-        for b in x.chunks_exact(32) {
-            let amax = b.iter().fold(0f32, |m, v| m.max(v.abs()));
+        let nb = x.len() / 32;
+        self.d.resize(nb, 0.0);
+        self.s.resize(nb, 0.0);
+        self.qs.resize(nb * 32, 0);
+        #[cfg(target_arch = "x86_64")]
+        if super::dot::simd_level() == super::dot::SimdLevel::Avx512
+            && is_x86_feature_detected!("f16c")
+        {
+            // SAFETY: AVX-512 and F16C were detected; the buffers were sized above.
+            unsafe { self.quantize_avx512(x) };
+            return;
+        }
+        self.quantize_ref(x)
+    }
+
+    /// The portable quantizer (the reference the SIMD one must equal); buffers must be sized.
+    pub fn quantize_ref(&mut self, x: &[f32]) {
+        for (b, blk) in x.chunks_exact(32).enumerate() {
+            let amax = blk.iter().fold(0f32, |m, v| m.max(v.abs()));
             let d = amax / 127.0;
             let id = if amax != 0.0 { 127.0 / amax } else { 0.0 };
             let mut sum = 0i32;
-            for v in b {
+            for (o, v) in self.qs[b * 32..(b + 1) * 32].iter_mut().zip(blk) {
                 let q = rne(v * id) as i32;
                 sum += q;
-                self.qs.push(q as i8);
+                *o = q as i8;
             }
-            self.d.push(f16::from_f32(d).to_f32());
-            self.s.push(f16::from_f32(d * sum as f32).to_f32());
+            self.d[b] = f16::from_f32(d).to_f32();
+            self.s[b] = f16::from_f32(d * sum as f32).to_f32();
+        }
+    }
+
+    #[cfg(target_arch = "x86_64")]
+    #[target_feature(enable = "avx512f,avx512bw,f16c")]
+    unsafe fn quantize_avx512(&mut self, x: &[f32]) {
+        use std::arch::x86_64::*;
+        #[inline(always)]
+        unsafe fn round_f16(v: f32) -> f32 {
+            _mm_cvtss_f32(_mm_cvtph_ps(_mm_cvtps_ph::<{ _MM_FROUND_TO_NEAREST_INT }>(
+                _mm_set_ss(v),
+            )))
+        }
+        let nb = x.len() / 32;
+        assert!(self.qs.len() >= nb * 32 && self.d.len() >= nb && self.s.len() >= nb);
+        for b in 0..nb {
+            let a = _mm512_loadu_ps(x.as_ptr().add(b * 32));
+            let c = _mm512_loadu_ps(x.as_ptr().add(b * 32 + 16));
+            let amax = _mm512_reduce_max_ps(_mm512_max_ps(_mm512_abs_ps(a), _mm512_abs_ps(c)));
+            let d = amax / 127.0;
+            let id = _mm512_set1_ps(if amax != 0.0 { 127.0 / amax } else { 0.0 });
+            // vcvtps2dq rounds to nearest even under the default MXCSR, as ggml's AVX path
+            let qa = _mm512_cvtps_epi32(_mm512_mul_ps(a, id));
+            let qc = _mm512_cvtps_epi32(_mm512_mul_ps(c, id));
+            let sum = _mm512_reduce_add_epi32(_mm512_add_epi32(qa, qc));
+            let out = self.qs.as_mut_ptr().add(b * 32);
+            _mm_storeu_si128(out as *mut __m128i, _mm512_cvtepi32_epi8(qa));
+            _mm_storeu_si128(out.add(16) as *mut __m128i, _mm512_cvtepi32_epi8(qc));
+            self.d[b] = round_f16(d);
+            self.s[b] = round_f16(d * sum as f32);
         }
     }
 }
@@ -46,7 +115,7 @@ impl Q8_1Act {
 const Q4_1_BYTES: usize = 20;
 
 /// Scalar reference: a Q4_1 row (K/32 blocks of 20 bytes) against Q8_1 activations.
-pub fn dot_q4_1_ref(row: &[u8], a: &Q8_1Act) -> f32 {
+pub fn dot_q4_1_ref(row: &[u8], a: &Q8_1Row) -> f32 {
     let mut sum = 0f32;
     for (b, blk) in row.chunks_exact(Q4_1_BYTES).enumerate() {
         let d = f16::from_le_bytes([blk[0], blk[1]]).to_f32();
@@ -64,7 +133,7 @@ pub fn dot_q4_1_ref(row: &[u8], a: &Q8_1Act) -> f32 {
 
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2,fma,f16c")]
-unsafe fn dot_q4_1_avx2(row: &[u8], a: &Q8_1Act) -> f32 {
+unsafe fn dot_q4_1_avx2(row: &[u8], a: &Q8_1Row) -> f32 {
     use std::arch::x86_64::*;
     let nb = row.len() / Q4_1_BYTES;
     assert!(a.qs.len() >= nb * 32 && a.d.len() >= nb && a.s.len() >= nb);
@@ -84,17 +153,26 @@ unsafe fn dot_q4_1_avx2(row: &[u8], a: &Q8_1Act) -> f32 {
         acc = _mm256_fmadd_ps(_mm256_set1_ps(d * a.d[b]), _mm256_cvtepi32_ps(prod), acc);
         msum += m * a.s[b];
     }
-    let h = _mm_add_ps(_mm256_castps256_ps128(acc), _mm256_extractf128_ps(acc, 1));
+    hsum8(acc) + msum
+}
+
+/// Horizontal sum of 8 lanes in ggml's `hsum_float_8` order (the tiles use it too, so that
+/// both give the same bits).
+#[cfg(target_arch = "x86_64")]
+#[inline(always)]
+pub(crate) unsafe fn hsum8(acc: std::arch::x86_64::__m256) -> f32 {
+    use std::arch::x86_64::*;
+    let h = _mm_add_ps(_mm256_extractf128_ps(acc, 1), _mm256_castps256_ps128(acc));
     let h = _mm_add_ps(h, _mm_movehl_ps(h, h));
-    let h = _mm_add_ss(h, _mm_shuffle_ps(h, h, 1));
-    _mm_cvtss_f32(h) + msum
+    let h = _mm_add_ss(h, _mm_movehdup_ps(h));
+    _mm_cvtss_f32(h)
 }
 
 const Q8_0_BYTES: usize = 34;
 
 /// Scalar reference: a Q8_0 row (K/32 blocks of 34 bytes) against 8-bit activations, as
 /// ggml's `ggml_vec_dot_q8_0_q8_0` (the activation's stored sum is not used).
-pub fn dot_q8_0_ref(row: &[u8], a: &Q8_1Act) -> f32 {
+pub fn dot_q8_0_ref(row: &[u8], a: &Q8_1Row) -> f32 {
     let mut sum = 0f32;
     for (b, blk) in row.chunks_exact(Q8_0_BYTES).enumerate() {
         let d = f16::from_le_bytes([blk[0], blk[1]]).to_f32();
@@ -111,7 +189,7 @@ pub fn dot_q8_0_ref(row: &[u8], a: &Q8_1Act) -> f32 {
 
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2,fma,f16c")]
-unsafe fn dot_q8_0_avx2(row: &[u8], a: &Q8_1Act) -> f32 {
+unsafe fn dot_q8_0_avx2(row: &[u8], a: &Q8_1Row) -> f32 {
     use std::arch::x86_64::*;
     let nb = row.len() / Q8_0_BYTES;
     assert!(a.qs.len() >= nb * 32 && a.d.len() >= nb);
@@ -131,14 +209,11 @@ unsafe fn dot_q8_0_avx2(row: &[u8], a: &Q8_1Act) -> f32 {
         );
         acc = _mm256_fmadd_ps(_mm256_set1_ps(d * a.d[b]), _mm256_cvtepi32_ps(prod), acc);
     }
-    let h = _mm_add_ps(_mm256_castps256_ps128(acc), _mm256_extractf128_ps(acc, 1));
-    let h = _mm_add_ps(h, _mm_movehl_ps(h, h));
-    let h = _mm_add_ss(h, _mm_shuffle_ps(h, h, 1));
-    _mm_cvtss_f32(h)
+    hsum8(acc)
 }
 
 /// A Q8_0 row against 8-bit activations, on the best kernel this CPU has.
-pub fn dot_q8_0(row: &[u8], a: &Q8_1Act) -> f32 {
+pub fn dot_q8_0(row: &[u8], a: &Q8_1Row) -> f32 {
     #[cfg(target_arch = "x86_64")]
     if has_fast_q4_1() {
         // SAFETY: the features were detected on this CPU; lengths are checked inside.
@@ -162,7 +237,7 @@ pub fn has_fast_q4_1() -> bool {
 }
 
 /// A Q4_1 row against Q8_1 activations, on the best kernel this CPU has.
-pub fn dot_q4_1(row: &[u8], a: &Q8_1Act) -> f32 {
+pub fn dot_q4_1(row: &[u8], a: &Q8_1Row) -> f32 {
     #[cfg(target_arch = "x86_64")]
     if has_fast_q4_1() {
         // SAFETY: the features were detected on this CPU; lengths are checked inside.
@@ -179,6 +254,22 @@ mod tests {
     use super::super::test_data as data;
 
     #[test]
+    fn simd_quantizer_equals_reference() {
+        let mut x = super::super::test_data(32 * 37, 5);
+        x[40..72].fill(0.0); // an all-zero block
+        x[3] = 0.5 * 127.0 / 127.0; // ties are rounded to even by both
+        let (mut a, mut b) = (Q8_1Act::default(), Q8_1Act::default());
+        a.quantize(&x);
+        b.d.resize(37, 0.0);
+        b.s.resize(37, 0.0);
+        b.qs.resize(37 * 32, 0);
+        b.quantize_ref(&x);
+        assert_eq!(a.qs, b.qs);
+        assert_eq!(a.d, b.d);
+        assert_eq!(a.s, b.s);
+    }
+
+    #[test]
     fn fast_q8_0_matches_reference_and_f32() {
         for k in [32, 576, 96] {
             let mut w = data(k, k as u64 + 3);
@@ -188,7 +279,7 @@ mod tests {
             let x = data(k, 11 + k as u64);
             let mut a = Q8_1Act::default();
             a.quantize(&x);
-            let (fast, slow) = (dot_q8_0(&row, &a), dot_q8_0_ref(&row, &a));
+            let (fast, slow) = (dot_q8_0(&row, &a.row()), dot_q8_0_ref(&row, &a.row()));
             assert!(
                 (fast - slow).abs() <= 1e-4 * (1.0 + slow.abs()),
                 "k={k}: {fast} vs {slow}"
@@ -210,7 +301,7 @@ mod tests {
             let x = data(k, 7 + k as u64);
             let mut a = Q8_1Act::default();
             a.quantize(&x);
-            let (fast, slow) = (dot_q4_1(&row, &a), dot_q4_1_ref(&row, &a));
+            let (fast, slow) = (dot_q4_1(&row, &a.row()), dot_q4_1_ref(&row, &a.row()));
             assert!(
                 (fast - slow).abs() <= 1e-4 * (1.0 + slow.abs()),
                 "k={k}: {fast} vs {slow}"

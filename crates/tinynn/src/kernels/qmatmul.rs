@@ -8,7 +8,8 @@
 
 use super::act_quant::{block_mins, has_min_term, q8_1_sum_corrections, round_for, vec_dot_type};
 use super::dot::dot;
-use super::qdot::{dot_q4_1, dot_q8_0, has_fast_q4_1, Q8_1Act};
+use super::qdot::{dot_q4_1, dot_q8_0, has_fast_q4_1, Q8_1Act, Q8_1Row};
+use super::qgemm;
 use crate::quant::{can_dequantize, dequantize, GgmlType};
 use rayon::prelude::*;
 use std::cell::RefCell;
@@ -123,7 +124,7 @@ fn with_rounded<R>(ty: GgmlType, x: &[f32], k: usize, f: impl FnOnce(&[f32], &[f
 pub fn matvec(w: &QMat, x: &[f32], y: &mut [f32]) {
     assert_eq!(x.len(), w.cols, "matvec input width");
     assert_eq!(y.len(), w.rows, "matvec output height");
-    let int_dot: Option<fn(&[u8], &Q8_1Act) -> f32> = match w.ty {
+    let int_dot: Option<fn(&[u8], &Q8_1Row) -> f32> = match w.ty {
         GgmlType::Q4_1 => Some(dot_q4_1),
         GgmlType::Q8_0 => Some(dot_q8_0),
         _ => None,
@@ -139,7 +140,7 @@ thread_local! {
 }
 
 /// Decode's Q4_1 / Q8_0 product: quantize x to 8 bits once, then an integer dot per row.
-fn matvec_int8(w: &QMat, x: &[f32], y: &mut [f32], row_dot: fn(&[u8], &Q8_1Act) -> f32) {
+fn matvec_int8(w: &QMat, x: &[f32], y: &mut [f32], row_dot: fn(&[u8], &Q8_1Row) -> f32) {
     ACT.with(|act| {
         let mut act = act.borrow_mut();
         act.quantize(x);
@@ -147,7 +148,7 @@ fn matvec_int8(w: &QMat, x: &[f32], y: &mut [f32], row_dot: fn(&[u8], &Q8_1Act) 
         let chunk = (w.rows / (rayon::current_num_threads() * 4)).clamp(8, 256);
         y.par_chunks_mut(chunk).enumerate().for_each(|(c, ys)| {
             for (i, yi) in ys.iter_mut().enumerate() {
-                *yi = row_dot(w.row(c * chunk + i), act);
+                *yi = row_dot(w.row(c * chunk + i), &act.row());
             }
         });
     })
@@ -194,7 +195,75 @@ pub fn matmul(w: &QMat, x: &[f32], t: usize, y: &mut [f32]) {
     if t == 1 {
         return matvec(w, x, y);
     }
+    if qgemm::supports(w.ty, k) {
+        return matmul_int8(w, x, t, y);
+    }
     with_rounded(w.ty, x, k, |x, corr| matmul_exact(w, x, corr, t, y))
+}
+
+/// Prefill's Q4_1 / Q8_0 product: X quantized to Q8_1 once, VNNI tiles over row chunks.
+fn matmul_int8(w: &QMat, x: &[f32], t: usize, y: &mut [f32]) {
+    int8_many(&[*w], x, t, &mut [y])
+}
+
+/// Several products of the same X (fused q/k/v, gate/up): X is quantized once, and one
+/// parallel loop covers the rows of every matrix, so there is one synchronisation, not three.
+fn int8_many(ws: &[QMat], x: &[f32], t: usize, ys: &mut [&mut [f32]]) {
+    const CHUNK: usize = 16;
+    ACT.with(|act| {
+        let mut act = act.borrow_mut();
+        act.quantize(x);
+        let act = &*act;
+        let outs: Vec<OutPtr> = ys.iter_mut().map(|y| OutPtr(y.as_mut_ptr())).collect();
+        let tasks: Vec<(usize, usize)> = ws
+            .iter()
+            .enumerate()
+            .flat_map(|(i, w)| (0..w.rows).step_by(CHUNK).map(move |r| (i, r)))
+            .collect();
+        tasks.into_par_iter().for_each(|(i, r0)| {
+            let (w, out) = (&ws[i], outs[i]);
+            let nr = CHUNK.min(w.rows - r0);
+            if t == 1 {
+                let f = if w.ty == GgmlType::Q4_1 {
+                    dot_q4_1
+                } else {
+                    dot_q8_0
+                };
+                for r in r0..r0 + nr {
+                    // SAFETY: this task alone writes rows r0..r0+nr of this output.
+                    unsafe { *out.at(r) = f(w.row(r), &act.row()) };
+                }
+            } else {
+                // SAFETY: this task alone writes columns r0..r0+nr of this Y (T, N).
+                unsafe { qgemm::gemm_rows(w, r0, nr, act, t, out.at(r0), w.rows) };
+            }
+        });
+    })
+}
+
+/// `ys[i] = X ws[i]^T` for matrices that share the input width: X (T, K) -> ys[i] (T, N_i).
+pub fn matmul_many(ws: &[QMat], x: &[f32], t: usize, ys: &mut [&mut [f32]]) {
+    assert_eq!(ws.len(), ys.len(), "one output per matrix");
+    for (w, y) in ws.iter().zip(ys.iter()) {
+        assert_eq!(x.len(), t * w.cols, "matmul input is (T, K)");
+        assert_eq!(y.len(), t * w.rows, "matmul output is (T, N)");
+    }
+    let int8 = |w: &QMat| {
+        let k = w.cols;
+        if t == 1 {
+            matches!(w.ty, GgmlType::Q4_1 | GgmlType::Q8_0)
+                && k.is_multiple_of(32)
+                && has_fast_q4_1()
+        } else {
+            qgemm::supports(w.ty, k)
+        }
+    };
+    if ws.iter().all(int8) {
+        return int8_many(ws, x, t, ys);
+    }
+    for (w, y) in ws.iter().zip(ys.iter_mut()) {
+        matmul(w, x, t, y);
+    }
 }
 
 /// `Y = X W^T` on `X` as given, plus corrections `corr` (T, K/32) times the block mins.
@@ -343,6 +412,39 @@ mod tests {
         }
         check(GgmlType::Q4_K, 19, 512, 5);
         check(GgmlType::Q6_K, 19, 256, 1);
+    }
+
+    #[test]
+    fn matmul_many_equals_separate_products() {
+        for ty in [GgmlType::Q4_1, GgmlType::Q8_0, GgmlType::F32] {
+            for t in [1, 5] {
+                let k = 576;
+                let mats: Vec<Vec<u8>> = [96, 33]
+                    .iter()
+                    .map(|&n| {
+                        let wf = data(n * k, n as u64);
+                        let rb = ty.row_bytes(k as u64).unwrap() as usize;
+                        let mut b = vec![0u8; rb * n];
+                        for r in 0..n {
+                            quantize(ty, &wf[r * k..(r + 1) * k], &mut b[r * rb..(r + 1) * rb])
+                                .unwrap();
+                        }
+                        b
+                    })
+                    .collect();
+                let ws = [
+                    QMat::new(ty, 96, k, &mats[0]).unwrap(),
+                    QMat::new(ty, 33, k, &mats[1]).unwrap(),
+                ];
+                let x = data(t * k, 4);
+                let (mut a, mut b) = (vec![0f32; t * 96], vec![0f32; t * 33]);
+                matmul_many(&ws, &x, t, &mut [&mut a, &mut b]);
+                let (mut a1, mut b1) = (vec![0f32; t * 96], vec![0f32; t * 33]);
+                matmul(&ws[0], &x, t, &mut a1);
+                matmul(&ws[1], &x, t, &mut b1);
+                assert_eq!((a, b), (a1, b1), "{ty} t={t}");
+            }
+        }
     }
 
     #[test]

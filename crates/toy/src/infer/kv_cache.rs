@@ -10,6 +10,14 @@ pub fn round_f16(x: f32) -> f32 {
     half::f16::from_f32(x).to_f32()
 }
 
+/// Whether a batch of `t` queries runs attention as llama.cpp's one-chunk CPU flash attention
+/// does (queries rounded to f16, values accumulated in f16), or, from `GGML_FA_TILE_Q` = 64
+/// queries on, as its tiled kernel does (f32 queries and accumulation). Following it in both
+/// regimes keeps short prompts and long chunks (perplexity) in agreement with llama.cpp.
+pub fn f16_attention(t: usize) -> bool {
+    t < 64
+}
+
 /// Round queries (T, H*D) as the K·Q product sees them.
 pub fn round_queries(q: &mut [f32]) {
     q.iter_mut().for_each(|v| *v = round_f16(*v));

@@ -5,7 +5,7 @@
 use super::weights::{embedding_and_head, load_f32, Linear, Weight};
 use super::{Config, ModelError, State};
 use crate::gguf::GgufFile;
-use crate::infer::kv_cache::round_queries;
+use crate::infer::kv_cache::{f16_attention, round_queries};
 use tinynn::kernels::act::gelu;
 use tinynn::kernels::attention::{causal_attention, AttnShape};
 use tinynn::kernels::norm::layernorm;
@@ -66,13 +66,15 @@ impl Block {
             s.v[i * c..(i + 1) * c].copy_from_slice(&row[2 * c..]);
         }
         s.cache.store(l, pos0, &s.k[..t * c], &s.v[..t * c]);
-        round_queries(&mut s.q[..t * c]);
+        if f16_attention(t) {
+            round_queries(&mut s.q[..t * c]);
+        }
         let shape = AttnShape {
             n_head: cfg.n_head,
             n_kv_head: cfg.n_kv_head,
             head_dim: cfg.head_dim,
             ctx: s.cache.ctx,
-            f16_accumulate: true,
+            f16_accumulate: f16_attention(t),
         };
         let att = &mut s.att[..t * c];
         causal_attention(

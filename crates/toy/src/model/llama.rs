@@ -7,7 +7,7 @@
 use super::weights::{embedding_and_head, load_f32, load_f32_opt, Linear, Weight};
 use super::{Config, ModelError, State};
 use crate::gguf::GgufFile;
-use crate::infer::kv_cache::round_queries;
+use crate::infer::kv_cache::{f16_attention, round_queries};
 use std::ops::Range;
 use tinynn::kernels::act::swiglu;
 use tinynn::kernels::attention::{causal_attention, AttnShape};
@@ -71,9 +71,13 @@ impl Block {
         rmsnorm(x, &self.attn_norm, cfg.norm_eps, h);
         // (T, C) -> (T, H*D), (T, Hkv*D), (T, Hkv*D)
         let (q, k, v) = (&mut s.q[..t * qd], &mut s.k[..t * kvd], &mut s.v[..t * kvd]);
-        self.attn_q.forward(file, h, t, q);
-        self.attn_k.forward(file, h, t, k);
-        self.attn_v.forward(file, h, t, v);
+        Linear::forward_many(
+            &[&self.attn_q, &self.attn_k, &self.attn_v],
+            file,
+            h,
+            t,
+            &mut [&mut *q, &mut *k, &mut *v],
+        );
         if let Some(w) = &self.attn_q_norm {
             rmsnorm_inplace(q, w, cfg.norm_eps);
         }
@@ -85,13 +89,15 @@ impl Block {
             rope.apply(&mut k[i * kvd..(i + 1) * kvd], d, pos0 + i);
         }
         s.cache.store(l, pos0, k, v);
-        round_queries(q);
+        if f16_attention(t) {
+            round_queries(q);
+        }
         let shape = AttnShape {
             n_head: cfg.n_head,
             n_kv_head: cfg.n_kv_head,
             head_dim: d,
             ctx: s.cache.ctx,
-            f16_accumulate: true,
+            f16_accumulate: f16_attention(t),
         };
         let att = &mut s.att[..t * qd];
         causal_attention(q, &s.cache.k[l], &s.cache.v[l], shape, pos0, att);
@@ -102,8 +108,13 @@ impl Block {
 
         rmsnorm(x, &self.ffn_norm, cfg.norm_eps, h);
         let (a, b) = (&mut s.ff_a[..t * ff], &mut s.ff_b[..t * ff]);
-        self.ffn_gate.forward(file, h, t, a);
-        self.ffn_up.forward(file, h, t, b);
+        Linear::forward_many(
+            &[&self.ffn_gate, &self.ffn_up],
+            file,
+            h,
+            t,
+            &mut [&mut *a, &mut *b],
+        );
         swiglu(a, b);
         self.ffn_down.forward(file, a, t, proj);
         x.iter_mut().zip(proj.iter()).for_each(|(a, b)| *a += b);

@@ -118,10 +118,29 @@ impl Linear {
     /// x (T, K) -> y (T, N).
     pub fn forward(&self, file: &[u8], x: &[f32], t: usize, y: &mut [f32]) {
         tinynn::kernels::qmatmul::matmul(&self.w.qmat(file), x, t, y);
+        self.add_bias(y);
+    }
+
+    fn add_bias(&self, y: &mut [f32]) {
         if let Some(b) = &self.b {
             for row in y.chunks_exact_mut(b.len()) {
                 row.iter_mut().zip(b).for_each(|(v, bi)| *v += bi);
             }
+        }
+    }
+
+    /// Several layers on the same input (fused q/k/v, gate/up): x (T, K) -> ys[i] (T, N_i).
+    pub fn forward_many(
+        layers: &[&Linear],
+        file: &[u8],
+        x: &[f32],
+        t: usize,
+        ys: &mut [&mut [f32]],
+    ) {
+        let ws: Vec<QMat> = layers.iter().map(|l| l.w.qmat(file)).collect();
+        tinynn::kernels::qmatmul::matmul_many(&ws, x, t, ys);
+        for (l, y) in layers.iter().zip(ys.iter_mut()) {
+            l.add_bias(y);
         }
     }
 }

@@ -1,0 +1,327 @@
+//! Prefill's integer GEMM: Y (T, N) = X (T, K) W^T for Q4_1 and Q8_0 weights, with X quantized
+//! once to Q8_1 blocks (as ggml does) and 8-bit products summed by AVX-512 VNNI (`vpdpbusd`).
+//! Register tiling (4 weight rows x up to 4 tokens, two 32-blocks per 512-bit step) reuses
+//! each decoded weight block across tokens, which ggml's per-row `vec_dot` does not.
+//! Per block the result is d_w * d_x * sum(q_w * q_x) (+ m_w * s_x for Q4_1), the same sum as
+//! `qdot`'s row kernels, which serve as the reference and for tails.
+
+use super::qdot::Q8_1Act;
+#[cfg(test)]
+use super::qdot::{dot_q4_1, dot_q8_0};
+use super::QMat;
+use crate::quant::GgmlType;
+
+/// Weight rows per tile.
+const RM: usize = 4;
+/// Tokens per tile.
+const RN: usize = 4;
+/// Most blocks per row the tile keeps mins for (K up to 8192).
+const MAX_NB: usize = 256;
+
+/// Whether this CPU has the VNNI kernels.
+pub fn has_vnni() -> bool {
+    static HAS: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *HAS.get_or_init(detect_vnni)
+}
+
+fn detect_vnni() -> bool {
+    #[cfg(target_arch = "x86_64")]
+    {
+        std::env::var_os("TOY_FORCE_SCALAR").is_none()
+            && std::env::var_os("TOY_NO_VNNI").is_none()
+            && is_x86_feature_detected!("avx512f")
+            && is_x86_feature_detected!("avx512bw")
+            && is_x86_feature_detected!("avx512vnni")
+            && is_x86_feature_detected!("f16c")
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    {
+        false
+    }
+}
+
+/// Whether `gemm_rows` handles weights of this type and width.
+pub fn supports(ty: GgmlType, k: usize) -> bool {
+    matches!(ty, GgmlType::Q4_1 | GgmlType::Q8_0)
+        && k.is_multiple_of(64)
+        && k / 32 <= MAX_NB
+        && has_vnni()
+}
+
+/// A group of RM weight rows decoded once for all tokens: 8-bit values in natural order,
+/// the per-lane bias that turns Q8_0's signed products into `vpdpbusd`'s u8 x i8 form, the
+/// block scales laid out as 512-bit pairs ([d_b x8, d_b+1 x8]), and Q4_1's block mins.
+#[derive(Default)]
+struct Packed {
+    q: Vec<u8>,
+    bias: Vec<i32>,
+    dw: Vec<f32>,
+    mins: Vec<f32>,
+}
+
+thread_local! {
+    static PACKED: std::cell::RefCell<Packed> = std::cell::RefCell::new(Packed::default());
+}
+
+fn f16_at(p: &[u8], i: usize) -> f32 {
+    half::f16::from_le_bytes([p[i], p[i + 1]]).to_f32()
+}
+
+impl Packed {
+    fn pack(&mut self, ty: GgmlType, rows: &[&[u8]; RM], k: usize) {
+        let nb = k / 32;
+        self.q.resize(RM * k, 0);
+        self.dw.resize(RM * nb * 8, 0.0);
+        self.mins.resize(RM * nb, 0.0);
+        self.bias.resize(RM * k / 4, 0);
+        for (r, row) in rows.iter().enumerate() {
+            let size = ty.type_size();
+            for b in 0..nb {
+                let blk = &row[b * size..(b + 1) * size];
+                let q = &mut self.q[r * k + b * 32..r * k + b * 32 + 32];
+                let d = f16_at(blk, 0);
+                if ty == GgmlType::Q4_1 {
+                    for j in 0..16 {
+                        q[j] = blk[4 + j] & 0x0F;
+                        q[j + 16] = blk[4 + j] >> 4;
+                    }
+                    self.mins[r * nb + b] = f16_at(blk, 2);
+                } else {
+                    q.copy_from_slice(&blk[2..34]);
+                }
+                self.dw[(r * nb + b) * 8..(r * nb + b + 1) * 8].fill(d);
+            }
+            if ty == GgmlType::Q8_0 {
+                // x is fed as x + 128 (u8): subtract 128 * sum(w) of each lane's four bytes
+                for (j, c) in self.q[r * k..(r + 1) * k].chunks_exact(4).enumerate() {
+                    self.bias[r * k / 4 + j] =
+                        -128 * c.iter().map(|v| *v as i8 as i32).sum::<i32>();
+                }
+            }
+        }
+    }
+}
+
+/// Rows r0..r0+nr of Y for all T tokens: out[t * ldo + r] for r < nr. `act` holds X
+/// quantized to Q8_1 (T * K/32 blocks).
+///
+/// # Safety
+/// `out` must be valid for writes at `t * ldo + r`, t < T, r < nr, and owned by the caller.
+pub unsafe fn gemm_rows(
+    w: &QMat,
+    r0: usize,
+    nr: usize,
+    act: &Q8_1Act,
+    t: usize,
+    out: *mut f32,
+    ldo: usize,
+) {
+    PACKED.with(|pk| {
+        let mut pk = pk.borrow_mut();
+        let mut r = 0;
+        while r < nr {
+            let n = RM.min(nr - r);
+            // a short tail repeats its last row; the extra results are dropped
+            let rows: [&[u8]; RM] = std::array::from_fn(|i| w.row(r0 + r + i.min(n - 1)));
+            pk.pack(w.ty, &rows, w.cols);
+            let mut t0 = 0;
+            while t0 < t {
+                let mut res = [[0f32; RN]; RM];
+                let tn = (t - t0).min(RN);
+                match tn {
+                    4 => tile::<4>(w.ty, &pk, act, w.cols, t0, &mut res),
+                    3 => tile::<3>(w.ty, &pk, act, w.cols, t0, &mut res),
+                    2 => tile::<2>(w.ty, &pk, act, w.cols, t0, &mut res),
+                    _ => tile::<1>(w.ty, &pk, act, w.cols, t0, &mut res),
+                }
+                for (i, row) in res.iter().enumerate().take(n) {
+                    for (j, v) in row.iter().enumerate().take(tn) {
+                        *out.add((t0 + j) * ldo + r + i) = *v;
+                    }
+                }
+                t0 += RN;
+            }
+            r += RM;
+        }
+    })
+}
+
+fn tile<const TN: usize>(
+    ty: GgmlType,
+    pk: &Packed,
+    act: &Q8_1Act,
+    k: usize,
+    t0: usize,
+    res: &mut [[f32; RN]; RM],
+) {
+    #[cfg(target_arch = "x86_64")]
+    if has_vnni() {
+        // SAFETY: the features were detected; the packed rows and act cover K for these tokens.
+        unsafe {
+            if ty == GgmlType::Q8_0 {
+                vnni::tile::<TN, true>(pk, act, k, t0, res)
+            } else {
+                vnni::tile::<TN, false>(pk, act, k, t0, res)
+            }
+        };
+        return;
+    }
+    reference_tile::<TN>(ty, pk, act, k, t0, res)
+}
+
+/// The same tile in plain integer arithmetic (what the VNNI tile must equal).
+fn reference_tile<const TN: usize>(
+    ty: GgmlType,
+    pk: &Packed,
+    act: &Q8_1Act,
+    k: usize,
+    t0: usize,
+    res: &mut [[f32; RN]; RM],
+) {
+    let nb = k / 32;
+    for (r, out) in res.iter_mut().enumerate() {
+        for (j, o) in out.iter_mut().enumerate().take(TN) {
+            let mut sum = 0f32;
+            for b in 0..nb {
+                let tb = (t0 + j) * nb + b;
+                let (wq, xq) = (
+                    &pk.q[r * k + b * 32..r * k + b * 32 + 32],
+                    &act.qs[tb * 32..tb * 32 + 32],
+                );
+                let isum: i32 = wq.iter().zip(xq).map(|(w, x)| if ty == GgmlType::Q8_0 { *w as i8 as i32 } else { *w as i32 } * *x as i32).sum();
+                sum += pk.dw[(r * nb + b) * 8] * act.d[tb] * isum as f32
+                    + pk.mins[r * nb + b] * act.s[tb];
+            }
+            *o = sum;
+        }
+    }
+}
+
+#[cfg(target_arch = "x86_64")]
+mod vnni {
+    use super::*;
+    use crate::kernels::qdot::hsum8;
+    use std::arch::x86_64::*;
+
+    /// Block by block in 256-bit lanes, in the order of ggml's `vec_dot` (and of `qdot`'s row
+    /// kernels): acc = fma(d_w * d_x, sum, acc) per block, then a horizontal sum, plus Q4_1's
+    /// min terms added one block at a time. So a batched product equals the single-token one
+    /// bit for bit, and logits do not depend on how a prompt is batched. (On Zen 4 a 512-bit
+    /// op costs two 256-bit ones, so nothing is lost.)
+    #[target_feature(enable = "avx512f,avx512bw,avx512vnni,avx512vl,avx2,fma,f16c")]
+    pub unsafe fn tile<const TN: usize, const SIGNED_W: bool>(
+        pk: &Packed,
+        act: &Q8_1Act,
+        k: usize,
+        t0: usize,
+        res: &mut [[f32; RN]; RM],
+    ) {
+        let nb = k / 32;
+        let flip = _mm256_set1_epi8(-128);
+        let mut acc = [[_mm256_setzero_ps(); TN]; RM];
+        let mut msum = [_mm_setzero_ps(); RM];
+        for b in 0..nb {
+            let wv: [__m256i; RM] = std::array::from_fn(|r| {
+                _mm256_loadu_si256(pk.q.as_ptr().add(r * k + b * 32) as *const __m256i)
+            });
+            let dw: [f32; RM] = std::array::from_fn(|r| pk.dw[(r * nb + b) * 8]);
+            for j in 0..TN {
+                let tb = (t0 + j) * nb + b;
+                let x = _mm256_loadu_si256(act.qs.as_ptr().add(tb * 32) as *const __m256i);
+                let dx = act.d[tb];
+                for r in 0..RM {
+                    // Q4_1: u8 nibbles x i8 activations; Q8_0: (x + 128) as u8 x i8 weights, minus the bias
+                    let prod = if SIGNED_W {
+                        let bias = _mm256_loadu_si256(
+                            pk.bias.as_ptr().add(r * k / 4 + b * 8) as *const __m256i
+                        );
+                        _mm256_dpbusd_epi32(bias, _mm256_xor_si256(x, flip), wv[r])
+                    } else {
+                        _mm256_dpbusd_epi32(_mm256_setzero_si256(), wv[r], x)
+                    };
+                    acc[r][j] = _mm256_fmadd_ps(
+                        _mm256_set1_ps(dw[r] * dx),
+                        _mm256_cvtepi32_ps(prod),
+                        acc[r][j],
+                    );
+                }
+            }
+            if !SIGNED_W {
+                // m * s for TN tokens at once, lane j = token j, unfused like the row kernel
+                let mut sv = [0f32; 4];
+                for (j, v) in sv.iter_mut().enumerate().take(TN) {
+                    *v = act.s[(t0 + j) * nb + b];
+                }
+                let sv = _mm_loadu_ps(sv.as_ptr());
+                for r in 0..RM {
+                    msum[r] = _mm_add_ps(msum[r], _mm_mul_ps(_mm_set1_ps(pk.mins[r * nb + b]), sv));
+                }
+            }
+        }
+        for r in 0..RM {
+            let mut m = [0f32; 4];
+            _mm_storeu_ps(m.as_mut_ptr(), msum[r]);
+            for j in 0..TN {
+                res[r][j] = hsum8(acc[r][j]) + m[j];
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::quant::quantize;
+
+    #[test]
+    fn vnni_tiles_match_row_kernels() {
+        if !has_vnni() {
+            eprintln!("no AVX-512 VNNI on this CPU: the tile falls back to the row kernels");
+        }
+        for ty in [GgmlType::Q4_1, GgmlType::Q8_0] {
+            for (n, k, t) in [(4, 64, 4), (7, 576, 5), (9, 1536, 3), (1, 128, 1)] {
+                let wf = super::super::test_data(n * k, (n * k) as u64);
+                let rb = ty.row_bytes(k as u64).unwrap() as usize;
+                let mut bytes = vec![0u8; rb * n];
+                for r in 0..n {
+                    quantize(
+                        ty,
+                        &wf[r * k..(r + 1) * k],
+                        &mut bytes[r * rb..(r + 1) * rb],
+                    )
+                    .unwrap();
+                }
+                let w = QMat::new(ty, n, k, &bytes).unwrap();
+                let x = super::super::test_data(t * k, 99);
+                let mut act = Q8_1Act::default();
+                act.quantize(&x);
+                let mut y = vec![0f32; t * n];
+                // SAFETY: y is (t, n) and owned here.
+                unsafe { gemm_rows(&w, 0, n, &act, t, y.as_mut_ptr(), n) };
+                for i in 0..t {
+                    let a = act.token(i, k / 32);
+                    for r in 0..n {
+                        let want = if ty == GgmlType::Q4_1 {
+                            dot_q4_1(w.row(r), &a)
+                        } else {
+                            dot_q8_0(w.row(r), &a)
+                        };
+                        let got = y[i * n + r];
+                        if has_vnni() {
+                            // same order of operations as the row kernel: the same bits
+                            assert_eq!(
+                                got.to_bits(),
+                                want.to_bits(),
+                                "{ty} n={n} k={k} t={t} ({i},{r}): {got} vs {want}"
+                            );
+                        }
+                        assert!(
+                            (got - want).abs() <= 1e-4 * (1.0 + want.abs()),
+                            "{ty} n={n} k={k} t={t} ({i},{r}): {got} vs {want}"
+                        );
+                    }
+                }
+            }
+        }
+    }
+}
