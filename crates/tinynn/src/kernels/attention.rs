@@ -1,10 +1,15 @@
 //! Causal scaled dot-product attention (Vaswani et al. 2017) with grouped-query heads
-//! (Ainslie et al. 2023, GQA) over a preallocated KV cache: queries of T new tokens at
+//! (Ainslie et al. 2023, GQA) over a preallocated f16 KV cache: queries of T new tokens at
 //! positions pos0.. attend to cached keys 0..=pos. Query head h reads key/value head
 //! h / (H / Hkv). The cache holds each KV head's rows contiguously: (Hkv, P, D).
+//!
+//! Each query runs the online-softmax recurrence of llama.cpp's CPU flash attention
+//! (`ggml_compute_forward_flash_attn_ext_f16_one_chunk`): a running max M and sum S, the
+//! weighted sum of values rescaled whenever M grows. With `f16_accumulate` that sum is kept
+//! in f16, as ggml does over an f16 cache, so that results agree with llama.cpp to the bits
+//! that matter at near-ties; without it, in f32.
 
-use super::act::softmax;
-use super::dot::{axpy, dot};
+use half::f16;
 use rayon::prelude::*;
 use std::cell::RefCell;
 
@@ -16,20 +21,15 @@ pub struct AttnShape {
     pub head_dim: usize,
     /// Capacity P of the cache, in positions.
     pub ctx: usize,
-    /// Accumulate values in f16 as ggml's flash attention does over an f16 cache, so that
-    /// results agree with llama.cpp to the last bit that matters at near-ties.
+    /// Keep the weighted sum of values in f16 (ggml's one-chunk kernel) rather than f32.
     pub f16_accumulate: bool,
-}
-
-thread_local! {
-    static SCORES: RefCell<Vec<f32>> = const { RefCell::new(Vec::new()) };
 }
 
 /// q (T, H, D) at positions pos0..pos0+T; k, v caches (Hkv, P, D) -> out (T, H, D).
 pub fn causal_attention(
     q: &[f32],
-    k: &[f32],
-    v: &[f32],
+    k: &[f16],
+    v: &[f16],
     s: AttnShape,
     pos0: usize,
     out: &mut [f32],
@@ -39,102 +39,91 @@ pub fn causal_attention(
     let scale = 1.0 / (d as f32).sqrt();
     out.par_chunks_mut(d).enumerate().for_each(|(i, o)| {
         let (t, head) = (i / h, i % h);
-        let kv = head / group;
         let n = pos0 + t + 1;
         let qv = &q[i * d..(i + 1) * d];
-        let base = kv * s.ctx * d;
-        let kv_rows = |p: usize| {
-            (
-                &k[base + p * d..base + (p + 1) * d],
-                &v[base + p * d..base + (p + 1) * d],
-            )
-        };
-        if s.f16_accumulate {
-            #[cfg(target_arch = "x86_64")]
-            if d % 16 == 0 && d <= 256 && super::dot::simd_level() == super::dot::SimdLevel::Avx512
-            {
-                // SAFETY: AVX-512 was detected; rows base.. hold n positions of D each.
-                unsafe { online_f16_avx512(qv, &k[base..], &v[base..], n, scale, o) };
-                return;
-            }
-            online_f16(qv, n, scale, kv_rows, o);
+        let base = (head / group) * s.ctx * d;
+        let (k, v) = (&k[base..base + n * d], &v[base..base + n * d]);
+        #[cfg(target_arch = "x86_64")]
+        if d % 16 == 0 && d <= 256 && super::dot::simd_level() == super::dot::SimdLevel::Avx512 {
+            // SAFETY: AVX-512 (with F16C) was detected; k and v hold n rows of D.
+            unsafe {
+                if s.f16_accumulate {
+                    online_avx512::<true>(qv, k, v, scale, o)
+                } else {
+                    online_avx512::<false>(qv, k, v, scale, o)
+                }
+            };
             return;
         }
-        SCORES.with(|sc| {
-            let mut sc = sc.borrow_mut();
-            sc.resize(n, 0.0);
-            for (p, sp) in sc.iter_mut().enumerate() {
-                *sp = dot(qv, kv_rows(p).0) * scale;
-            }
-            softmax(&mut sc);
-            o.fill(0.0);
-            for (p, w) in sc.iter().enumerate() {
-                axpy(o, *w, kv_rows(p).1);
-            }
-        })
+        online_portable(qv, k, v, scale, s.f16_accumulate, o);
     });
 }
 
 thread_local! {
-    static ACC16: RefCell<Vec<half::f16>> = const { RefCell::new(Vec::new()) };
+    static ROWS: RefCell<Vec<f32>> = const { RefCell::new(Vec::new()) };
 }
 
-/// Round `o` to f16 in place through a slice conversion (F16C where the CPU has it).
-fn round16(o: &mut [f32], tmp: &mut [half::f16]) {
-    use half::slice::HalfFloatSliceExt;
-    tmp.convert_from_f32_slice(o);
-    tmp.convert_to_f32_slice(o);
+fn round16(x: f32) -> f32 {
+    f16::from_f32(x).to_f32()
 }
 
-/// One query over `n` positions with ggml's flash-attention recurrence for an f16 cache
-/// (`ggml_compute_forward_flash_attn_ext_f16_one_chunk`): a running max M and sum S, and
-/// the weighted sum of values kept in f16, rescaled when M grows.
-fn online_f16<'a>(
-    q: &[f32],
-    n: usize,
-    scale: f32,
-    rows: impl Fn(usize) -> (&'a [f32], &'a [f32]),
-    o: &mut [f32],
-) {
+/// The recurrence in plain Rust (the reference, and the kernel on other CPUs).
+fn online_portable(q: &[f32], k: &[f16], v: &[f16], scale: f32, f16_acc: bool, o: &mut [f32]) {
+    let d = o.len();
     let (mut m, mut sum) = (f32::NEG_INFINITY, 0f32);
     o.fill(0.0);
-    ACC16.with(|tmp| {
-        let mut tmp = tmp.borrow_mut();
-        tmp.resize(o.len(), half::f16::ZERO);
-        for p in 0..n {
-            let (kr, vr) = rows(p);
-            let sc = dot(q, kr) * scale;
+    ROWS.with(|rows| {
+        let mut rows = rows.borrow_mut();
+        rows.resize(2 * d, 0.0);
+        let (kr, vr) = rows.split_at_mut(d);
+        for (kp, vp) in k.chunks_exact(d).zip(v.chunks_exact(d)) {
+            kp.iter()
+                .zip(kr.iter_mut())
+                .for_each(|(a, b)| *b = a.to_f32());
+            vp.iter()
+                .zip(vr.iter_mut())
+                .for_each(|(a, b)| *b = a.to_f32());
+            let sc = super::dot::dot(q, kr) * scale;
             let (mut ms, mut vs) = (1f32, 1f32);
             if sc > m {
-                let old = m;
+                ms = (m - sc).exp();
                 m = sc;
-                ms = (old - m).exp();
-                o.iter_mut().for_each(|x| *x *= ms);
-                round16(o, &mut tmp);
+                o.iter_mut()
+                    .for_each(|x| *x = if f16_acc { round16(*x * ms) } else { *x * ms });
             } else {
                 vs = (sc - m).exp();
             }
-            axpy(o, vs, vr);
-            round16(o, &mut tmp);
-            sum = sum * ms + vs;
+            for (x, vv) in o.iter_mut().zip(vr.iter()) {
+                let y = vv.mul_add(vs, *x);
+                *x = if f16_acc { round16(y) } else { y };
+            }
+            sum = sum.mul_add(ms, vs);
         }
     });
     let inv = 1.0 / sum;
     o.iter_mut().for_each(|x| *x *= inv);
 }
 
+/// 16 cached f16 values at `p`, widened.
+#[cfg(target_arch = "x86_64")]
+#[inline(always)]
+unsafe fn load16(p: *const f16) -> std::arch::x86_64::__m512 {
+    use std::arch::x86_64::*;
+    _mm512_cvtph_ps(_mm256_loadu_si256(p as *const __m256i))
+}
+
 /// q . k in the order of ggml's AVX-512 `ggml_vec_dot_f16` (four 16-lane accumulators over
 /// 64-element steps, reduced pairwise, then GCC's `_mm512_reduce_add_ps` order; a tail of
 /// fewer than 64 in f64), so attention scores carry llama.cpp's bits.
 #[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx512f,fma")]
-unsafe fn dot_f16_order(q: &[std::arch::x86_64::__m512], k: *const f32) -> f32 {
+#[target_feature(enable = "avx512f,fma,f16c")]
+unsafe fn dot_f16_order(q: &[std::arch::x86_64::__m512], k: *const f16) -> f32 {
     use std::arch::x86_64::*;
     let mut sum = [_mm512_setzero_ps(); 4];
     let steps = q.len() / 4;
     for c in 0..steps {
         for (j, acc) in sum.iter_mut().enumerate() {
-            *acc = _mm512_fmadd_ps(q[4 * c + j], _mm512_loadu_ps(k.add(64 * c + 16 * j)), *acc);
+            *acc = _mm512_fmadd_ps(q[4 * c + j], load16(k.add(64 * c + 16 * j)), *acc);
         }
     }
     let v = _mm512_add_ps(_mm512_add_ps(sum[0], sum[2]), _mm512_add_ps(sum[1], sum[3]));
@@ -151,26 +140,38 @@ unsafe fn dot_f16_order(q: &[std::arch::x86_64::__m512], k: *const f32) -> f32 {
         let mut qa = [0f32; 16];
         _mm512_storeu_ps(qa.as_mut_ptr(), q[i]);
         for (l, qv) in qa.iter().enumerate() {
-            total += (qv * *k.add(16 * i + l)) as f64;
+            total += (qv * (*k.add(16 * i + l)).to_f32()) as f64;
         }
     }
     total as f32
 }
 
-/// `online_f16` in AVX-512 registers (D a multiple of 16, at most 256): the query and the f16
-/// accumulator stay in registers, rounding with F16C's `vcvtps2ph`.
+/// `online_portable` in AVX-512 registers (D a multiple of 16, at most 256): the query and
+/// the accumulator stay in registers; with `ROUND` the accumulator is rounded to f16 with
+/// F16C's `vcvtps2ph` after every update, as ggml's `ggml_vec_mad_f16` / `ggml_vec_scale_f16`.
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx512f,fma,f16c")]
-unsafe fn online_f16_avx512(q: &[f32], k: &[f32], v: &[f32], n: usize, scale: f32, o: &mut [f32]) {
+unsafe fn online_avx512<const ROUND: bool>(
+    q: &[f32],
+    k: &[f16],
+    v: &[f16],
+    scale: f32,
+    o: &mut [f32],
+) {
     use std::arch::x86_64::*;
     let d = o.len();
     let nv = d / 16;
-    assert!(q.len() >= d && k.len() >= n * d && v.len() >= n * d && nv <= 16);
+    let n = k.len() / d;
+    assert!(q.len() >= d && v.len() >= n * d && nv <= 16);
     #[inline(always)]
-    unsafe fn r16(x: __m512) -> __m512 {
-        _mm512_cvtph_ps(_mm512_cvtps_ph::<
-            { _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC },
-        >(x))
+    unsafe fn r16<const ROUND: bool>(x: __m512) -> __m512 {
+        if ROUND {
+            _mm512_cvtph_ps(_mm512_cvtps_ph::<
+                { _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC },
+            >(x))
+        } else {
+            x
+        }
     }
     let mut qv = [_mm512_setzero_ps(); 16];
     let mut acc = [_mm512_setzero_ps(); 16];
@@ -187,18 +188,14 @@ unsafe fn online_f16_avx512(q: &[f32], k: &[f32], v: &[f32], n: usize, scale: f3
             m = sc;
             let msv = _mm512_set1_ps(ms);
             for a in acc.iter_mut().take(nv) {
-                *a = r16(_mm512_mul_ps(*a, msv));
+                *a = r16::<ROUND>(_mm512_mul_ps(*a, msv));
             }
         } else {
             vs = (sc - m).exp();
         }
         let vsv = _mm512_set1_ps(vs);
         for i in 0..nv {
-            acc[i] = r16(_mm512_fmadd_ps(
-                _mm512_loadu_ps(vp.add(16 * i)),
-                vsv,
-                acc[i],
-            ));
+            acc[i] = r16::<ROUND>(_mm512_fmadd_ps(load16(vp.add(16 * i)), vsv, acc[i]));
         }
         // GCC contracts ggml's `S = S*ms + vs` into one FMA
         sum = sum.mul_add(ms, vs);
@@ -213,6 +210,10 @@ unsafe fn online_f16_avx512(q: &[f32], k: &[f32], v: &[f32], n: usize, scale: f3
 mod tests {
     use super::*;
 
+    fn halves(x: &[f32]) -> Vec<f16> {
+        x.iter().map(|v| f16::from_f32(*v)).collect()
+    }
+
     #[test]
     fn single_position_returns_its_value_and_gqa_shares_heads() {
         let mut s = AttnShape {
@@ -226,6 +227,7 @@ mod tests {
         let mut v = vec![0f32; 8];
         k[..4].copy_from_slice(&[1.0, 0.0, 0.0, 1.0]);
         v[..4].copy_from_slice(&[5.0, 6.0, 7.0, 8.0]);
+        let (k, v) = (halves(&k), halves(&v));
         let q = [1.0f32, 0.0, 3.0, 3.0];
         let mut out = [0f32; 4];
         causal_attention(&q, &k, &v, s, 0, &mut out);
@@ -239,57 +241,57 @@ mod tests {
         assert_eq!(out, [6.0, 7.0, 6.0, 7.0]);
     }
 
-    #[test]
-    fn f16_accumulation_stays_close_to_exact_softmax() {
-        let (d, n) = (8, 40);
-        let k: Vec<f32> = (0..n * d)
-            .map(|i| ((i * 7 % 13) as f32 - 6.0) / 6.0)
+    /// Plain two-pass softmax attention of one query over n rows.
+    fn naive(q: &[f32], k: &[f16], v: &[f16], d: usize, scale: f32) -> Vec<f32> {
+        let n = k.len() / d;
+        let sc: Vec<f32> = (0..n)
+            .map(|p| (0..d).map(|i| q[i] * k[p * d + i].to_f32()).sum::<f32>() * scale)
             .collect();
-        let v: Vec<f32> = (0..n * d)
-            .map(|i| ((i * 5 % 11) as f32 - 5.0) / 5.0)
-            .collect();
-        let q: Vec<f32> = (0..d).map(|i| i as f32 / 4.0).collect();
-        let mut s = AttnShape {
-            n_head: 1,
-            n_kv_head: 1,
-            head_dim: d,
-            ctx: n,
-            f16_accumulate: false,
-        };
-        let (mut a, mut b) = (vec![0f32; d], vec![0f32; d]);
-        causal_attention(&q, &k, &v, s, n - 1, &mut a);
-        s.f16_accumulate = true;
-        causal_attention(&q, &k, &v, s, n - 1, &mut b);
-        assert!(
-            a.iter().zip(&b).all(|(x, y)| (x - y).abs() < 5e-3),
-            "{a:?} vs {b:?}"
-        );
-        assert!(a != b, "f16 accumulation should round");
+        let m = sc.iter().copied().fold(f32::NEG_INFINITY, f32::max);
+        let w: Vec<f32> = sc.iter().map(|s| (s - m).exp()).collect();
+        let z: f32 = w.iter().sum();
+        (0..d)
+            .map(|i| (0..n).map(|p| w[p] * v[p * d + i].to_f32()).sum::<f32>() / z)
+            .collect()
     }
 
     #[test]
-    fn simd_f16_attention_matches_portable() {
-        let (d, n) = (64, 37);
-        let k = super::super::test_data(n * d, 1);
-        let v = super::super::test_data(n * d, 2);
-        let q = super::super::test_data(d, 3);
-        let mut a = vec![0f32; d];
-        online_f16(
-            &q,
-            n,
-            0.125,
-            |p| (&k[p * d..(p + 1) * d], &v[p * d..(p + 1) * d]),
-            &mut a,
-        );
-        #[cfg(target_arch = "x86_64")]
-        if super::super::dot::simd_level() == super::super::dot::SimdLevel::Avx512 {
-            let mut b = vec![0f32; d];
-            // SAFETY: AVX-512 detected; k and v hold n rows of d.
-            unsafe { online_f16_avx512(&q, &k, &v, n, 0.125, &mut b) };
-            assert!(
-                a.iter().zip(&b).all(|(x, y)| (x - y).abs() < 2e-3),
-                "{a:?} vs {b:?}"
-            );
+    fn kernels_match_plain_softmax_and_each_other() {
+        for (d, n) in [(8, 40), (64, 37), (80, 5)] {
+            let k = halves(&super::super::test_data(n * d, 1));
+            let v = halves(&super::super::test_data(n * d, 2));
+            let q: Vec<f32> = super::super::test_data(d, 3)
+                .iter()
+                .map(|x| x * 3.0)
+                .collect();
+            let want = naive(&q, &k, &v, d, 0.125);
+            for f16_acc in [false, true] {
+                let mut a = vec![0f32; d];
+                online_portable(&q, &k, &v, 0.125, f16_acc, &mut a);
+                let tol = if f16_acc { 3e-3 } else { 1e-5 };
+                assert!(
+                    a.iter().zip(&want).all(|(x, y)| (x - y).abs() < tol),
+                    "d={d} f16={f16_acc}: {a:?} vs {want:?}"
+                );
+                #[cfg(target_arch = "x86_64")]
+                if d % 16 == 0
+                    && super::super::dot::simd_level() == super::super::dot::SimdLevel::Avx512
+                {
+                    let mut b = vec![0f32; d];
+                    // SAFETY: AVX-512 detected; k and v hold n rows of d.
+                    unsafe {
+                        if f16_acc {
+                            online_avx512::<true>(&q, &k, &v, 0.125, &mut b)
+                        } else {
+                            online_avx512::<false>(&q, &k, &v, 0.125, &mut b)
+                        }
+                    };
+                    assert!(
+                        a.iter().zip(&b).all(|(x, y)| (x - y).abs() < tol),
+                        "d={d} f16={f16_acc}: {a:?} vs {b:?}"
+                    );
+                }
+            }
         }
     }
 }

@@ -1,9 +1,11 @@
 //! The key/value cache: preallocated for `ctx` positions at creation, so decoding never
 //! allocates or copies old entries. Each layer holds K and V as (Hkv, P, D).
-//! Entries hold f16 values (as llama.cpp's default f16 cache), kept in f32 slots; queries are
-//! rounded to f16 too, as ggml converts them for the f16 K·Q product.
+//! Entries are f16, as llama.cpp's default cache: half the memory of f32, and the values
+//! llama.cpp attends over.
 
 use crate::model::ModelError;
+use half::f16;
+use half::slice::HalfFloatSliceExt;
 
 /// `x` rounded to the nearest f16.
 pub fn round_f16(x: f32) -> f32 {
@@ -24,8 +26,8 @@ pub fn round_queries(q: &mut [f32]) {
 }
 
 pub struct KvCache {
-    pub k: Vec<Vec<f32>>,
-    pub v: Vec<Vec<f32>>,
+    pub k: Vec<Vec<f16>>,
+    pub v: Vec<Vec<f16>>,
     pub ctx: usize,
     pub n_kv_head: usize,
     pub head_dim: usize,
@@ -37,8 +39,8 @@ impl KvCache {
     pub fn new(n_layer: usize, n_kv_head: usize, head_dim: usize, ctx: usize) -> Self {
         let size = n_kv_head * ctx * head_dim;
         Self {
-            k: (0..n_layer).map(|_| vec![0.0; size]).collect(),
-            v: (0..n_layer).map(|_| vec![0.0; size]).collect(),
+            k: (0..n_layer).map(|_| vec![f16::ZERO; size]).collect(),
+            v: (0..n_layer).map(|_| vec![f16::ZERO; size]).collect(),
             ctx,
             n_kv_head,
             head_dim,
@@ -68,13 +70,8 @@ impl KvCache {
         {
             for g in 0..hkv {
                 let at = (g * ctx + pos0 + t) * d;
-                let (kd, vd) = (&mut self.k[l][at..at + d], &mut self.v[l][at..at + d]);
-                kd.iter_mut()
-                    .zip(&kr[g * d..(g + 1) * d])
-                    .for_each(|(o, x)| *o = round_f16(*x));
-                vd.iter_mut()
-                    .zip(&vr[g * d..(g + 1) * d])
-                    .for_each(|(o, x)| *o = round_f16(*x));
+                self.k[l][at..at + d].convert_from_f32_slice(&kr[g * d..(g + 1) * d]);
+                self.v[l][at..at + d].convert_from_f32_slice(&vr[g * d..(g + 1) * d]);
             }
         }
     }
