@@ -224,11 +224,12 @@ mod vnni {
             let wv: [__m256i; RM] = std::array::from_fn(|r| {
                 _mm256_loadu_si256(pk.q.as_ptr().add(r * k + b * 32) as *const __m256i)
             });
-            let dw: [f32; RM] = std::array::from_fn(|r| pk.dw[(r * nb + b) * 8]);
+            // broadcast, then multiply: the same bits as ggml's set1(d_w) * set1(d_x)
+            let dw: [__m256; RM] = std::array::from_fn(|r| _mm256_set1_ps(pk.dw[(r * nb + b) * 8]));
             for j in 0..TN {
                 let tb = (t0 + j) * nb + b;
                 let x = _mm256_loadu_si256(act.qs.as_ptr().add(tb * 32) as *const __m256i);
-                let dx = act.d[tb];
+                let dx = _mm256_set1_ps(act.d[tb]);
                 for r in 0..RM {
                     // Q4_1: u8 nibbles x i8 activations; Q8_0: (x + 128) as u8 x i8 weights, minus the bias
                     let prod = if SIGNED_W {
@@ -240,7 +241,7 @@ mod vnni {
                         _mm256_dpbusd_epi32(_mm256_setzero_si256(), wv[r], x)
                     };
                     acc[r][j] = _mm256_fmadd_ps(
-                        _mm256_set1_ps(dw[r] * dx),
+                        _mm256_mul_ps(dw[r], dx),
                         _mm256_cvtepi32_ps(prod),
                         acc[r][j],
                     );

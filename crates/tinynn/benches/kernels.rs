@@ -1,0 +1,127 @@
+//! Micro-benchmarks of the kernels (`cargo bench -p tinynn`): each reports throughput as
+//! bytes of weights streamed (GB/s) for the matrix-vector products of decode, and as
+//! elements (multiply-adds, so GFLOP/s = 2 x Gelem/s) for the products of prefill.
+//! Shapes are SmolLM2-135M's: K = 576 or 1536, N = 576, 1536 and the 49152-row head.
+
+use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion, Throughput};
+use std::hint::black_box;
+use tinynn::kernels::attention::{causal_attention, AttnShape};
+use tinynn::kernels::qmatmul::{matmul, matvec};
+use tinynn::kernels::QMat;
+use tinynn::quant::{quantize, GgmlType};
+
+fn data(n: usize, seed: u64) -> Vec<f32> {
+    let mut s = seed.wrapping_mul(0x9E3779B97F4A7C15) | 1;
+    (0..n)
+        .map(|_| {
+            s ^= s << 13;
+            s ^= s >> 7;
+            s ^= s << 17;
+            ((s >> 40) as f32 / (1u64 << 24) as f32) * 2.0 - 1.0
+        })
+        .collect()
+}
+
+fn weights(ty: GgmlType, n: usize, k: usize) -> Vec<u8> {
+    let wf = data(n * k, (n * k) as u64);
+    let rb = ty.row_bytes(k as u64).expect("whole blocks") as usize;
+    let mut bytes = vec![0u8; rb * n];
+    for r in 0..n {
+        quantize(
+            ty,
+            &wf[r * k..(r + 1) * k],
+            &mut bytes[r * rb..(r + 1) * rb],
+        )
+        .expect("quantize");
+    }
+    bytes
+}
+
+const TYPES: [GgmlType; 6] = [
+    GgmlType::Q4_0,
+    GgmlType::Q4_1,
+    GgmlType::Q8_0,
+    GgmlType::Q4_K,
+    GgmlType::Q6_K,
+    GgmlType::F16,
+];
+
+fn decode(c: &mut Criterion) {
+    let mut g = c.benchmark_group("matvec");
+    for ty in TYPES {
+        for (n, k) in [(1536, 576), (576, 1536), (49152, 576)] {
+            if ty.row_bytes(k as u64).is_none() {
+                continue;
+            }
+            let bytes = weights(ty, n, k);
+            let w = QMat::new(ty, n, k, &bytes).expect("matrix");
+            let x = data(k, 1);
+            let mut y = vec![0f32; n];
+            g.throughput(Throughput::Bytes(bytes.len() as u64));
+            g.bench_with_input(
+                BenchmarkId::new(ty.name(), format!("{n}x{k}")),
+                &w,
+                |b, w| b.iter(|| matvec(w, black_box(&x), &mut y)),
+            );
+        }
+    }
+    g.finish();
+}
+
+fn prefill(c: &mut Criterion) {
+    let mut g = c.benchmark_group("matmul_t128");
+    g.sample_size(20);
+    let t = 128;
+    for ty in TYPES {
+        for (n, k) in [(1536, 576), (576, 1536)] {
+            if ty.row_bytes(k as u64).is_none() {
+                continue;
+            }
+            let bytes = weights(ty, n, k);
+            let w = QMat::new(ty, n, k, &bytes).expect("matrix");
+            let x = data(t * k, 2);
+            let mut y = vec![0f32; t * n];
+            g.throughput(Throughput::Elements((t * n * k) as u64));
+            g.bench_with_input(
+                BenchmarkId::new(ty.name(), format!("{n}x{k}")),
+                &w,
+                |b, w| b.iter(|| matmul(w, black_box(&x), t, &mut y)),
+            );
+        }
+    }
+    g.finish();
+}
+
+fn attention(c: &mut Criterion) {
+    let mut g = c.benchmark_group("attention");
+    let (h, hkv, d, ctx) = (9, 3, 64, 512);
+    let k: Vec<half::f16> = data(hkv * ctx * d, 3)
+        .iter()
+        .map(|v| half::f16::from_f32(*v))
+        .collect();
+    let v: Vec<half::f16> = data(hkv * ctx * d, 4)
+        .iter()
+        .map(|v| half::f16::from_f32(*v))
+        .collect();
+    for (t, pos0) in [(1usize, 511usize), (128, 0)] {
+        let q = data(t * h * d, 5);
+        let mut out = vec![0f32; t * h * d];
+        let s = AttnShape {
+            n_head: h,
+            n_kv_head: hkv,
+            head_dim: d,
+            ctx,
+            f16_accumulate: t < 64,
+        };
+        // multiply-adds of q.k and of the weighted values
+        let macs: usize = (0..t).map(|i| 2 * (pos0 + i + 1) * d * h).sum();
+        g.throughput(Throughput::Elements(macs as u64));
+        g.bench_function(format!("t{t}_pos{pos0}"), |b| {
+            b.iter(|| causal_attention(black_box(&q), &k, &v, s, pos0, &mut out))
+        });
+    }
+    g.finish();
+}
+
+criterion_group!(benches, decode, prefill, attention);
+criterion_main!(benches);
