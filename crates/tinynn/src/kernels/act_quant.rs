@@ -42,8 +42,9 @@ fn round_q8_blocks(x: &mut [f32]) {
     }
 }
 
-/// Round 256-element blocks onto Q8_K's grid: the value of largest magnitude maps to -128,
-/// d = 1 / iscale kept in f32 (ggml's `quantize_row_q8_K_ref`).
+/// Round 256-element blocks onto Q8_K's grid: the value of largest magnitude maps to -127,
+/// d = 1 / iscale kept in f32 (ggml's `quantize_row_q8_K_ref`; ggml moved from -128 to -127
+/// to keep the grid symmetric for its IQ kernels).
 fn round_q8k_blocks(x: &mut [f32]) {
     for b in x.chunks_mut(QK_K) {
         let max = b
@@ -53,7 +54,7 @@ fn round_q8k_blocks(x: &mut [f32]) {
             b.fill(0.0);
             continue;
         }
-        let iscale = -128.0 / max;
+        let iscale = -127.0 / max;
         let d = 1.0 / iscale;
         for v in b.iter_mut() {
             *v = rne(iscale * *v).min(127.0) * d;
@@ -118,12 +119,12 @@ mod tests {
     }
 
     #[test]
-    fn q8k_grid_maps_extreme_to_minus_128() {
+    fn q8k_grid_maps_extreme_to_minus_127() {
         let mut x: Vec<f32> = (0..256).map(|i| (i as f32 - 100.0) / 10.0).collect();
         let before = x.clone();
         round_for(GgmlType::Q4_K, &mut x, 256);
         assert!((x[255] - before[255]).abs() < 1e-5);
-        let step = 15.5 / 128.0;
+        let step = 15.5 / 127.0;
         assert!(x
             .iter()
             .zip(&before)

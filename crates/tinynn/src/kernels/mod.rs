@@ -15,6 +15,10 @@ pub mod dot;
 pub mod norm;
 pub mod qdot;
 #[allow(clippy::needless_range_loop)]
+pub mod qdot_k;
+#[cfg(test)]
+mod qdot_k_tests;
+#[allow(clippy::needless_range_loop)]
 pub mod qgemm;
 pub mod qmatmul;
 pub mod rope;

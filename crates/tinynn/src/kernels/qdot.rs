@@ -212,6 +212,72 @@ unsafe fn dot_q8_0_avx2(row: &[u8], a: &Q8_1Row) -> f32 {
     hsum8(acc)
 }
 
+const Q4_0_BYTES: usize = 18;
+
+/// Scalar reference: a Q4_0 row (K/32 blocks of 18 bytes) against 8-bit activations, as
+/// ggml's AVX2 `ggml_vec_dot_q4_0_q8_0`: nibbles minus 8, lane l of the block's integer
+/// product holding elements 4l..4l+4, one fma per block and lane, `hsum_float_8`.
+pub fn dot_q4_0_ref(row: &[u8], a: &Q8_1Row) -> f32 {
+    let mut acc = [0f32; 8];
+    for (b, blk) in row.chunks_exact(Q4_0_BYTES).enumerate() {
+        let d = f16::from_le_bytes([blk[0], blk[1]]).to_f32() * a.d[b];
+        let q = &a.qs[b * 32..(b + 1) * 32];
+        let mut lanes = [0i32; 8];
+        for (e, &x) in q.iter().enumerate() {
+            let nib = if e < 16 {
+                blk[2 + e] & 0x0F
+            } else {
+                blk[2 + e - 16] >> 4
+            };
+            lanes[e / 4] += (nib as i32 - 8) * x as i32;
+        }
+        for (acc, lane) in acc.iter_mut().zip(lanes) {
+            *acc = d.mul_add(lane as f32, *acc);
+        }
+    }
+    super::qdot_k::hsum8_ref(&acc)
+}
+
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn dot_q4_0_avx2(row: &[u8], a: &Q8_1Row) -> f32 {
+    use std::arch::x86_64::*;
+    let nb = row.len() / Q4_0_BYTES;
+    assert!(a.qs.len() >= nb * 32 && a.d.len() >= nb);
+    let (low, off) = (_mm256_set1_epi8(0x0F), _mm256_set1_epi8(8));
+    let ones = _mm256_set1_epi16(1);
+    let mut acc = _mm256_setzero_ps();
+    for b in 0..nb {
+        let p = row.as_ptr().add(b * Q4_0_BYTES);
+        let d = _mm_cvtss_f32(_mm_cvtph_ps(_mm_cvtsi32_si128(std::ptr::read_unaligned(
+            p as *const u16,
+        ) as i32)));
+        let raw = _mm_loadu_si128(p.add(2) as *const __m128i);
+        // bytes_from_nibbles_32, then [0, 15] -> [-8, 7]
+        let w = _mm256_and_si256(_mm256_set_m128i(_mm_srli_epi16(raw, 4), raw), low);
+        let w = _mm256_sub_epi8(w, off);
+        let x = _mm256_loadu_si256(a.qs.as_ptr().add(b * 32) as *const __m256i);
+        // mul_sum_i8_pairs_float: |w| times x with w's sign, so maddubs sees u8 x i8
+        let prod = _mm256_madd_epi16(
+            _mm256_maddubs_epi16(_mm256_sign_epi8(w, w), _mm256_sign_epi8(x, w)),
+            ones,
+        );
+        acc = _mm256_fmadd_ps(_mm256_set1_ps(d * a.d[b]), _mm256_cvtepi32_ps(prod), acc);
+    }
+    hsum8(acc)
+}
+
+/// A Q4_0 row against 8-bit activations (Q8_1's values and scales serve as Q8_0's), on the
+/// best kernel this CPU has.
+pub fn dot_q4_0(row: &[u8], a: &Q8_1Row) -> f32 {
+    #[cfg(target_arch = "x86_64")]
+    if has_fast_q4_1() {
+        // SAFETY: the features were detected on this CPU; lengths are checked inside.
+        return unsafe { dot_q4_0_avx2(row, a) };
+    }
+    dot_q4_0_ref(row, a)
+}
+
 /// A Q8_0 row against 8-bit activations, on the best kernel this CPU has.
 pub fn dot_q8_0(row: &[u8], a: &Q8_1Row) -> f32 {
     #[cfg(target_arch = "x86_64")]
@@ -222,7 +288,7 @@ pub fn dot_q8_0(row: &[u8], a: &Q8_1Row) -> f32 {
     dot_q8_0_ref(row, a)
 }
 
-/// Whether the fast integer kernels (Q4_1, Q8_0) run on this CPU.
+/// Whether the fast integer kernels (Q4_0, Q4_1, Q8_0) run on this CPU.
 pub fn has_fast_q4_1() -> bool {
     use super::dot::{simd_level, SimdLevel};
     #[cfg(target_arch = "x86_64")]
@@ -311,6 +377,28 @@ mod tests {
             let exact: f32 = wf.iter().zip(&x).map(|(p, q)| p * q).sum();
             assert!(
                 (slow - exact).abs() < 0.05 * (1.0 + exact.abs()),
+                "k={k}: {slow} vs {exact}"
+            );
+        }
+    }
+
+    #[test]
+    fn fast_q4_0_matches_reference_and_f32() {
+        for k in [32, 256, 512, 1536, 96] {
+            let w = data(k, k as u64 + 1);
+            let mut row = vec![0u8; k / 32 * Q4_0_BYTES];
+            quantize(GgmlType::Q4_0, &w, &mut row).unwrap();
+            let x = data(k, 5 + k as u64);
+            let mut a = Q8_1Act::default();
+            a.quantize(&x);
+            let (fast, slow) = (dot_q4_0(&row, &a.row()), dot_q4_0_ref(&row, &a.row()));
+            // the reference keeps the AVX2 lanes and order
+            assert_eq!(fast.to_bits(), slow.to_bits(), "k={k}: {fast} vs {slow}");
+            let mut wf = vec![0f32; k];
+            crate::quant::dequantize(GgmlType::Q4_0, &row, &mut wf).unwrap();
+            let exact: f32 = wf.iter().zip(&x).map(|(p, q)| p * q).sum();
+            assert!(
+                (slow - exact).abs() < 0.03 * (1.0 + exact.abs()),
                 "k={k}: {slow} vs {exact}"
             );
         }

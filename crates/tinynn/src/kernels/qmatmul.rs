@@ -5,12 +5,16 @@
 //! take the dot product. Prefill (T tokens) dequantizes a panel of rows into scratch and hands
 //! the panel to the `gemm` crate, so each weight is decoded once per batch, not once per token.
 //! Rows are split across the rayon pool.
+//!
+//! Decode of Q4_0, Q4_1, Q8_0 and the k-quants Q4_K, Q5_K, Q6_K takes integer row dots
+//! instead (`qdot`, `qdot_k`): x is quantized once to 8 bits, as ggml's `vec_dot_type`.
 
 use super::act_quant::{block_mins, has_min_term, q8_1_sum_corrections, round_for, vec_dot_type};
 use super::dot::dot;
-use super::qdot::{dot_q4_1, dot_q8_0, has_fast_q4_1, Q8_1Act, Q8_1Row};
+use super::qdot::{dot_q4_0, dot_q4_1, dot_q8_0, has_fast_q4_1, Q8_1Act, Q8_1Row};
+use super::qdot_k::{dot_q4_k, dot_q5_k, dot_q6_k, has_fast_k_quants, Q8KAct, Q8KRow};
 use super::qgemm;
-use crate::quant::{can_dequantize, dequantize, GgmlType};
+use crate::quant::{can_dequantize, dequantize, GgmlType, QK_K};
 use rayon::prelude::*;
 use std::cell::RefCell;
 
@@ -120,35 +124,80 @@ fn with_rounded<R>(ty: GgmlType, x: &[f32], k: usize, f: impl FnOnce(&[f32], &[f
     })
 }
 
+/// Decode's integer row dot for a weight type: which 8-bit form of x it reads, and the kernel.
+#[derive(Clone, Copy)]
+enum RowDot {
+    Q8_1(fn(&[u8], &Q8_1Row) -> f32),
+    Q8K(fn(&[u8], &Q8KRow) -> f32),
+}
+
+impl RowDot {
+    /// The kernel for `w`, if this CPU has one for its type and width (K must be whole blocks
+    /// of the activation type; other shapes take the dequantize + f32 path).
+    fn for_matrix(w: &QMat) -> Option<Self> {
+        use GgmlType::*;
+        let (q8_1, q8k) = (
+            w.cols.is_multiple_of(32) && has_fast_q4_1(),
+            w.cols.is_multiple_of(QK_K) && has_fast_k_quants(),
+        );
+        match w.ty {
+            Q4_0 if q8_1 => Some(Self::Q8_1(dot_q4_0)),
+            Q4_1 if q8_1 => Some(Self::Q8_1(dot_q4_1)),
+            Q8_0 if q8_1 => Some(Self::Q8_1(dot_q8_0)),
+            Q4_K if q8k => Some(Self::Q8K(dot_q4_k)),
+            Q5_K if q8k => Some(Self::Q8K(dot_q5_k)),
+            Q6_K if q8k => Some(Self::Q8K(dot_q6_k)),
+            _ => None,
+        }
+    }
+
+    fn run(self, row: &[u8], a: &Q8_1Act, ak: &Q8KAct) -> f32 {
+        match self {
+            Self::Q8_1(f) => f(row, &a.row()),
+            Self::Q8K(f) => f(row, &ak.row()),
+        }
+    }
+}
+
 /// `y = W x`: x (K) -> y (N).
 pub fn matvec(w: &QMat, x: &[f32], y: &mut [f32]) {
     assert_eq!(x.len(), w.cols, "matvec input width");
     assert_eq!(y.len(), w.rows, "matvec output height");
-    let int_dot: Option<fn(&[u8], &Q8_1Row) -> f32> = match w.ty {
-        GgmlType::Q4_1 => Some(dot_q4_1),
-        GgmlType::Q8_0 => Some(dot_q8_0),
-        _ => None,
-    };
-    if let Some(f) = int_dot.filter(|_| w.cols.is_multiple_of(32) && has_fast_q4_1()) {
-        return matvec_int8(w, x, y, f);
+    if let Some(dot) = RowDot::for_matrix(w) {
+        return matvec_int8(w, x, y, dot);
     }
     with_rounded(w.ty, x, w.cols, |x, corr| matvec_exact(w, x, corr, y))
 }
 
 thread_local! {
     static ACT: RefCell<Q8_1Act> = RefCell::new(Q8_1Act::default());
+    static ACT_K: RefCell<Q8KAct> = RefCell::new(Q8KAct::default());
 }
 
-/// Decode's Q4_1 / Q8_0 product: quantize x to 8 bits once, then an integer dot per row.
-fn matvec_int8(w: &QMat, x: &[f32], y: &mut [f32], row_dot: fn(&[u8], &Q8_1Row) -> f32) {
-    ACT.with(|act| {
-        let mut act = act.borrow_mut();
-        act.quantize(x);
-        let act = &*act;
+/// Run `f` on x quantized to Q8_1 (if `q8_1`) and to Q8_K (if `q8k`); the other is stale.
+fn with_acts<R>(x: &[f32], q8_1: bool, q8k: bool, f: impl FnOnce(&Q8_1Act, &Q8KAct) -> R) -> R {
+    ACT.with(|a| {
+        ACT_K.with(|ak| {
+            let (mut a, mut ak) = (a.borrow_mut(), ak.borrow_mut());
+            if q8_1 {
+                a.quantize(x);
+            }
+            if q8k {
+                ak.quantize(x);
+            }
+            f(&a, &ak)
+        })
+    })
+}
+
+/// Decode's integer product: quantize x to 8 bits once, then an integer dot per row.
+fn matvec_int8(w: &QMat, x: &[f32], y: &mut [f32], dot: RowDot) {
+    let q8k = matches!(dot, RowDot::Q8K(_));
+    with_acts(x, !q8k, q8k, |a, ak| {
         let chunk = (w.rows / (rayon::current_num_threads() * 4)).clamp(8, 256);
         y.par_chunks_mut(chunk).enumerate().for_each(|(c, ys)| {
             for (i, yi) in ys.iter_mut().enumerate() {
-                *yi = row_dot(w.row(c * chunk + i), &act.row());
+                *yi = dot.run(w.row(c * chunk + i), a, ak);
             }
         });
     })
@@ -203,17 +252,17 @@ pub fn matmul(w: &QMat, x: &[f32], t: usize, y: &mut [f32]) {
 
 /// Prefill's Q4_1 / Q8_0 product: X quantized to Q8_1 once, VNNI tiles over row chunks.
 fn matmul_int8(w: &QMat, x: &[f32], t: usize, y: &mut [f32]) {
-    int8_many(&[*w], x, t, &mut [y])
+    int8_many(&[*w], x, t, &mut [y], &[])
 }
 
-/// Several products of the same X (fused q/k/v, gate/up): X is quantized once, and one
-/// parallel loop covers the rows of every matrix, so there is one synchronisation, not three.
-fn int8_many(ws: &[QMat], x: &[f32], t: usize, ys: &mut [&mut [f32]]) {
+/// Several products of the same X (fused q/k/v, gate/up): X is quantized once (per 8-bit
+/// form), and one parallel loop covers the rows of every matrix, so there is one
+/// synchronisation, not three. Decode (T = 1) takes `dots`, one per matrix; prefill the tiles.
+fn int8_many(ws: &[QMat], x: &[f32], t: usize, ys: &mut [&mut [f32]], dots: &[RowDot]) {
     const CHUNK: usize = 16;
-    ACT.with(|act| {
-        let mut act = act.borrow_mut();
-        act.quantize(x);
-        let act = &*act;
+    let q8k = dots.iter().any(|d| matches!(d, RowDot::Q8K(_)));
+    let q8_1 = t > 1 || dots.iter().any(|d| matches!(d, RowDot::Q8_1(_)));
+    with_acts(x, q8_1, q8k, |act, act_k| {
         let outs: Vec<OutPtr> = ys.iter_mut().map(|y| OutPtr(y.as_mut_ptr())).collect();
         let tasks: Vec<(usize, usize)> = ws
             .iter()
@@ -224,14 +273,9 @@ fn int8_many(ws: &[QMat], x: &[f32], t: usize, ys: &mut [&mut [f32]]) {
             let (w, out) = (&ws[i], outs[i]);
             let nr = CHUNK.min(w.rows - r0);
             if t == 1 {
-                let f = if w.ty == GgmlType::Q4_1 {
-                    dot_q4_1
-                } else {
-                    dot_q8_0
-                };
                 for r in r0..r0 + nr {
                     // SAFETY: this task alone writes rows r0..r0+nr of this output.
-                    unsafe { *out.at(r) = f(w.row(r), &act.row()) };
+                    unsafe { *out.at(r) = dots[i].run(w.row(r), act, act_k) };
                 }
             } else {
                 // SAFETY: this task alone writes columns r0..r0+nr of this Y (T, N).
@@ -248,18 +292,16 @@ pub fn matmul_many(ws: &[QMat], x: &[f32], t: usize, ys: &mut [&mut [f32]]) {
         assert_eq!(x.len(), t * w.cols, "matmul input is (T, K)");
         assert_eq!(y.len(), t * w.rows, "matmul output is (T, N)");
     }
-    let int8 = |w: &QMat| {
-        let k = w.cols;
-        if t == 1 {
-            matches!(w.ty, GgmlType::Q4_1 | GgmlType::Q8_0)
-                && k.is_multiple_of(32)
-                && has_fast_q4_1()
-        } else {
-            qgemm::supports(w.ty, k)
+    if t == 1 {
+        if let Some(dots) = ws
+            .iter()
+            .map(RowDot::for_matrix)
+            .collect::<Option<Vec<_>>>()
+        {
+            return int8_many(ws, x, t, ys, &dots);
         }
-    };
-    if ws.iter().all(int8) {
-        return int8_many(ws, x, t, ys);
+    } else if ws.iter().all(|w| qgemm::supports(w.ty, w.cols)) {
+        return int8_many(ws, x, t, ys, &[]);
     }
     for (w, y) in ws.iter().zip(ys.iter_mut()) {
         matmul(w, x, t, y);
@@ -410,15 +452,41 @@ mod tests {
                 check(ty, n, k, t);
             }
         }
-        check(GgmlType::Q4_K, 19, 512, 5);
-        check(GgmlType::Q6_K, 19, 256, 1);
+        for ty in [GgmlType::Q4_K, GgmlType::Q5_K, GgmlType::Q6_K] {
+            for (n, k, t) in [(1, 256, 1), (7, 512, 1), (129, 1536, 1), (19, 512, 5)] {
+                check(ty, n, k, t);
+            }
+        }
+    }
+
+    #[test]
+    fn integer_dots_only_for_whole_activation_blocks() {
+        let w = |ty, cols| QMat {
+            ty,
+            rows: 0,
+            cols,
+            data: &[],
+        };
+        let fast = has_fast_q4_1();
+        assert_eq!(RowDot::for_matrix(&w(GgmlType::Q4_K, 512)).is_some(), fast);
+        assert_eq!(RowDot::for_matrix(&w(GgmlType::Q4_0, 96)).is_some(), fast);
+        assert!(RowDot::for_matrix(&w(GgmlType::Q4_K, 576)).is_none());
+        assert!(RowDot::for_matrix(&w(GgmlType::Q6_K, 96)).is_none());
+        assert!(RowDot::for_matrix(&w(GgmlType::Q4_0, 48)).is_none());
+        assert!(RowDot::for_matrix(&w(GgmlType::Q5_0, 576)).is_none());
     }
 
     #[test]
     fn matmul_many_equals_separate_products() {
-        for ty in [GgmlType::Q4_1, GgmlType::Q8_0, GgmlType::F32] {
+        let cases = [
+            (GgmlType::Q4_1, 576),
+            (GgmlType::Q8_0, 576),
+            (GgmlType::F32, 576),
+            (GgmlType::Q4_K, 512),
+            (GgmlType::Q6_K, 512),
+        ];
+        for (ty, k) in cases {
             for t in [1, 5] {
-                let k = 576;
                 let mats: Vec<Vec<u8>> = [96, 33]
                     .iter()
                     .map(|&n| {
