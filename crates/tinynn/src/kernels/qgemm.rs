@@ -88,6 +88,7 @@ impl Packed {
                     self.mins[r * nb + b] = f16_at(blk, 2);
                 } else {
                     q.copy_from_slice(&blk[2..34]);
+                    self.mins[r * nb + b] = 0.0;
                 }
                 self.dw[(r * nb + b) * 8..(r * nb + b + 1) * 8].fill(d);
             }
