@@ -5,3 +5,5 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/fetch-model.sh
 cargo test --release --workspace
+# the kernels again through their portable fallbacks (what ARM and older x86 run)
+TOY_FORCE_SCALAR=1 cargo test --release -p tinynn
