@@ -83,7 +83,6 @@ pub struct Tokenizer {
     inner: tokenizers::Tokenizer,
     /// Raw bytes of every token, so decoding never goes back through the byte-level alphabet.
     bytes: Vec<Vec<u8>>,
-    text_to_id: HashMap<String, u32>,
     eog: Vec<u32>,
     bos: Option<u32>,
     eos: Option<u32>,
@@ -171,13 +170,6 @@ impl Tokenizer {
                 }
             })
             .collect();
-        let text_to_id = spec
-            .tokens
-            .iter()
-            .enumerate()
-            .map(|(i, t)| (t.clone(), i as u32))
-            .collect();
-
         let mut eog: Vec<u32> = [spec.eos, spec.eot].into_iter().flatten().collect();
         for (i, t) in spec.tokens.iter().enumerate() {
             if EOG_TEXTS.contains(&t.as_str()) && !eog.contains(&(i as u32)) {
@@ -188,7 +180,6 @@ impl Tokenizer {
         Ok(Self {
             inner,
             bytes,
-            text_to_id,
             eog,
             bos: spec.bos,
             eos: spec.eos,
@@ -247,7 +238,8 @@ impl Tokenizer {
 
     /// The id of a token given its vocabulary text (byte-level form, e.g. "Ġthe").
     pub fn token_id(&self, text: &str) -> Option<u32> {
-        self.text_to_id.get(text).copied()
+        // the BPE vocabulary already maps text to ids; special tokens are in it too
+        self.inner.token_to_id(text)
     }
 
     pub fn stream_decoder(&self) -> StreamDecoder<'_> {
