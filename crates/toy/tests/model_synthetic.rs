@@ -104,7 +104,13 @@ fn prefill_equals_token_by_token_and_chunked_decode() {
 #[test]
 fn quantized_llama_stays_close_to_f32() {
     let f32_logits = engine_logits(&LLAMA_OUTPUT, GgmlType::F32);
-    for (ty, tol) in [(GgmlType::Q8_0, 0.06), (GgmlType::Q4_1, 0.5)] {
+    for (ty, tol) in [
+        (GgmlType::Q8_0, 0.06),
+        (GgmlType::Q4_1, 0.5),
+        (GgmlType::Q4_0, 0.5),
+        (GgmlType::Q5_0, 0.3),
+        (GgmlType::Q5_1, 0.3),
+    ] {
         let q = engine_logits(&LLAMA_OUTPUT, ty);
         let d = rel_diff(&q, &f32_logits);
         eprintln!("{ty}: vs f32 {d:.2e}");

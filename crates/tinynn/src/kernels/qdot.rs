@@ -288,7 +288,7 @@ pub fn dot_q8_0(row: &[u8], a: &Q8_1Row) -> f32 {
     dot_q8_0_ref(row, a)
 }
 
-/// Whether the fast integer kernels (Q4_0, Q4_1, Q8_0) run on this CPU.
+/// Whether the fast integer kernels (Q4_0, Q4_1, Q5_0, Q5_1, Q8_0) run on this CPU.
 pub fn has_fast_q4_1() -> bool {
     use super::dot::{simd_level, SimdLevel};
     #[cfg(target_arch = "x86_64")]

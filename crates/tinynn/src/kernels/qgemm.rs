@@ -1,13 +1,19 @@
-//! Prefill's integer GEMM: Y (T, N) = X (T, K) W^T for Q4_1 and Q8_0 weights, with X quantized
-//! once to Q8_1 blocks (as ggml does) and 8-bit products summed by AVX-512 VNNI (`vpdpbusd`).
-//! Register tiling (4 weight rows x up to 4 tokens, two 32-blocks per 512-bit step) reuses
-//! each decoded weight block across tokens, which ggml's per-row `vec_dot` does not.
-//! Per block the result is d_w * d_x * sum(q_w * q_x) (+ m_w * s_x for Q4_1), the same sum as
-//! `qdot`'s row kernels, which serve as the reference and for tails.
+//! Prefill's integer GEMM: Y (T, N) = X (T, K) W^T for the legacy weight types (Q4_0, Q4_1,
+//! Q5_0, Q5_1, Q8_0), with X quantized once to Q8_1 blocks (as ggml does) and 8-bit products
+//! summed by AVX-512 VNNI (`vpdpbusd`). Register tiling (4 weight rows x up to 4 tokens)
+//! reuses each decoded weight block across tokens, which ggml's per-row `vec_dot` does not.
+//! Per block the result is d_w * d_x * sum(q_w * q_x) (+ m_w * s_x for Q4_1 / Q5_1), the same
+//! sum as `qdot`'s and `qdot_q5`'s row kernels (ports of ggml-cpu/arch/x86/quants.c), which
+//! serve as the reference and for tails.
+//!
+//! Weights are decoded once per group of rows to 8-bit values: unsigned (Q4_1's nibble,
+//! Q5_1's 5-bit value; the min goes to the m_w * s_x term) or signed (Q4_0's nibble - 8,
+//! Q5_0's value - 16, Q8_0's byte). ggml multiplies signed weights with the sign trick
+//! (|w| x sign(x, w)); we feed x + 128 as u8 and subtract 128 * sum(w) per lane. Both give
+//! the exact integer sum of each lane's four products, so the floats that follow agree.
 
 use super::qdot::Q8_1Act;
-#[cfg(test)]
-use super::qdot::{dot_q4_1, dot_q8_0};
+use super::qdot_q5::q5_values;
 use super::QMat;
 use crate::quant::GgmlType;
 
@@ -42,15 +48,21 @@ fn detect_vnni() -> bool {
 
 /// Whether `gemm_rows` handles weights of this type and width.
 pub fn supports(ty: GgmlType, k: usize) -> bool {
-    matches!(ty, GgmlType::Q4_1 | GgmlType::Q8_0)
+    use GgmlType::*;
+    matches!(ty, Q4_0 | Q4_1 | Q5_0 | Q5_1 | Q8_0)
         && k.is_multiple_of(64)
         && k / 32 <= MAX_NB
         && has_vnni()
 }
 
+/// Whether the decoded weights are signed (i8) rather than unsigned (u8) values.
+fn signed_weights(ty: GgmlType) -> bool {
+    matches!(ty, GgmlType::Q4_0 | GgmlType::Q5_0 | GgmlType::Q8_0)
+}
+
 /// A group of RM weight rows decoded once for all tokens: 8-bit values in natural order,
-/// the per-lane bias that turns Q8_0's signed products into `vpdpbusd`'s u8 x i8 form, the
-/// block scales laid out as 512-bit pairs ([d_b x8, d_b+1 x8]), and Q4_1's block mins.
+/// the per-lane bias that turns signed products into `vpdpbusd`'s u8 x i8 form, the block
+/// scales (eight copies each), and Q4_1 / Q5_1's block mins (zero for the others).
 #[derive(Default)]
 struct Packed {
     q: Vec<u8>,
@@ -67,6 +79,24 @@ fn f16_at(p: &[u8], i: usize) -> f32 {
     half::f16::from_le_bytes([p[i], p[i + 1]]).to_f32()
 }
 
+/// Block `blk`'s 32 weights as the tile reads them (i8 bits for the signed types), and its
+/// min (0 for the types without one).
+fn decode_block(ty: GgmlType, blk: &[u8]) -> ([u8; 32], f32) {
+    use GgmlType::*;
+    let qh = |at: usize| u32::from_le_bytes([blk[at], blk[at + 1], blk[at + 2], blk[at + 3]]);
+    // with no fifth bits, q5_values gives the plain nibbles
+    match ty {
+        Q4_0 => (q5_values(&blk[2..18], 0).map(|v| v.wrapping_sub(8)), 0.0),
+        Q4_1 => (q5_values(&blk[4..20], 0), f16_at(blk, 2)),
+        Q5_0 => (
+            q5_values(&blk[6..22], qh(2)).map(|v| v.wrapping_sub(16)),
+            0.0,
+        ),
+        Q5_1 => (q5_values(&blk[8..24], qh(4)), f16_at(blk, 2)),
+        _ => (std::array::from_fn(|e| blk[2 + e]), 0.0),
+    }
+}
+
 impl Packed {
     fn pack(&mut self, ty: GgmlType, rows: &[&[u8]; RM], k: usize) {
         let nb = k / 32;
@@ -74,25 +104,17 @@ impl Packed {
         self.dw.resize(RM * nb * 8, 0.0);
         self.mins.resize(RM * nb, 0.0);
         self.bias.resize(RM * k / 4, 0);
+        let size = ty.type_size();
         for (r, row) in rows.iter().enumerate() {
-            let size = ty.type_size();
             for b in 0..nb {
                 let blk = &row[b * size..(b + 1) * size];
                 let q = &mut self.q[r * k + b * 32..r * k + b * 32 + 32];
-                let d = f16_at(blk, 0);
-                if ty == GgmlType::Q4_1 {
-                    for j in 0..16 {
-                        q[j] = blk[4 + j] & 0x0F;
-                        q[j + 16] = blk[4 + j] >> 4;
-                    }
-                    self.mins[r * nb + b] = f16_at(blk, 2);
-                } else {
-                    q.copy_from_slice(&blk[2..34]);
-                    self.mins[r * nb + b] = 0.0;
-                }
-                self.dw[(r * nb + b) * 8..(r * nb + b + 1) * 8].fill(d);
+                let (v, min) = decode_block(ty, blk);
+                q.copy_from_slice(&v);
+                self.mins[r * nb + b] = min;
+                self.dw[(r * nb + b) * 8..(r * nb + b + 1) * 8].fill(f16_at(blk, 0));
             }
-            if ty == GgmlType::Q8_0 {
+            if signed_weights(ty) {
                 // x is fed as x + 128 (u8): subtract 128 * sum(w) of each lane's four bytes
                 for (j, c) in self.q[r * k..(r + 1) * k].chunks_exact(4).enumerate() {
                     self.bias[r * k / 4 + j] =
@@ -159,7 +181,7 @@ fn tile<const TN: usize>(
     if has_vnni() {
         // SAFETY: the features were detected; the packed rows and act cover K for these tokens.
         unsafe {
-            if ty == GgmlType::Q8_0 {
+            if signed_weights(ty) {
                 vnni::tile::<TN, true>(pk, act, k, t0, res)
             } else {
                 vnni::tile::<TN, false>(pk, act, k, t0, res)
@@ -179,7 +201,7 @@ fn reference_tile<const TN: usize>(
     t0: usize,
     res: &mut [[f32; RN]; RM],
 ) {
-    let nb = k / 32;
+    let (nb, signed) = (k / 32, signed_weights(ty));
     for (r, out) in res.iter_mut().enumerate() {
         for (j, o) in out.iter_mut().enumerate().take(TN) {
             let mut sum = 0f32;
@@ -189,7 +211,8 @@ fn reference_tile<const TN: usize>(
                     &pk.q[r * k + b * 32..r * k + b * 32 + 32],
                     &act.qs[tb * 32..tb * 32 + 32],
                 );
-                let isum: i32 = wq.iter().zip(xq).map(|(w, x)| if ty == GgmlType::Q8_0 { *w as i8 as i32 } else { *w as i32 } * *x as i32).sum();
+                let w = |v: u8| if signed { v as i8 as i32 } else { v as i32 };
+                let isum: i32 = wq.iter().zip(xq).map(|(v, x)| w(*v) * *x as i32).sum();
                 sum += pk.dw[(r * nb + b) * 8] * act.d[tb] * isum as f32
                     + pk.mins[r * nb + b] * act.s[tb];
             }
@@ -205,7 +228,7 @@ mod vnni {
     use std::arch::x86_64::*;
 
     /// Block by block in 256-bit lanes, in the order of ggml's `vec_dot` (and of `qdot`'s row
-    /// kernels): acc = fma(d_w * d_x, sum, acc) per block, then a horizontal sum, plus Q4_1's
+    /// kernels): acc = fma(d_w * d_x, sum, acc) per block, then a horizontal sum, plus Q4_1's / Q5_1's
     /// min terms added one block at a time. So a batched product equals the single-token one
     /// bit for bit, and logits do not depend on how a prompt is batched. (On Zen 4 a 512-bit
     /// op costs two 256-bit ones, so nothing is lost.)
@@ -232,7 +255,8 @@ mod vnni {
                 let x = _mm256_loadu_si256(act.qs.as_ptr().add(tb * 32) as *const __m256i);
                 let dx = _mm256_set1_ps(act.d[tb]);
                 for r in 0..RM {
-                    // Q4_1: u8 nibbles x i8 activations; Q8_0: (x + 128) as u8 x i8 weights, minus the bias
+                    // unsigned: u8 weights x i8 activations; signed: (x + 128) as u8 x i8
+                    // weights, minus the bias
                     let prod = if SIGNED_W {
                         let bias = _mm256_loadu_si256(
                             pk.bias.as_ptr().add(r * k / 4 + b * 8) as *const __m256i
@@ -280,7 +304,16 @@ mod tests {
         if !has_vnni() {
             eprintln!("no AVX-512 VNNI on this CPU: the tile falls back to the row kernels");
         }
-        for ty in [GgmlType::Q4_1, GgmlType::Q8_0] {
+        use crate::kernels::qdot::{dot_q4_0, dot_q4_1, dot_q8_0, Q8_1Row};
+        use crate::kernels::qdot_q5::{dot_q5_0, dot_q5_1};
+        let dots = [
+            (GgmlType::Q4_0, dot_q4_0 as fn(&[u8], &Q8_1Row) -> f32),
+            (GgmlType::Q4_1, dot_q4_1),
+            (GgmlType::Q5_0, dot_q5_0),
+            (GgmlType::Q5_1, dot_q5_1),
+            (GgmlType::Q8_0, dot_q8_0),
+        ];
+        for (ty, dot) in dots {
             for (n, k, t) in [(4, 64, 4), (7, 576, 5), (9, 1536, 3), (1, 128, 1)] {
                 let wf = super::super::test_data(n * k, (n * k) as u64);
                 let rb = ty.row_bytes(k as u64).unwrap() as usize;
@@ -303,11 +336,7 @@ mod tests {
                 for i in 0..t {
                     let a = act.token(i, k / 32);
                     for r in 0..n {
-                        let want = if ty == GgmlType::Q4_1 {
-                            dot_q4_1(w.row(r), &a)
-                        } else {
-                            dot_q8_0(w.row(r), &a)
-                        };
+                        let want = dot(w.row(r), &a);
                         let got = y[i * n + r];
                         if has_vnni() {
                             // same order of operations as the row kernel: the same bits
@@ -322,6 +351,38 @@ mod tests {
                             "{ty} n={n} k={k} t={t} ({i},{r}): {got} vs {want}"
                         );
                     }
+                }
+            }
+        }
+    }
+
+    /// Logits must not depend on how a prompt is batched: `matmul` over T tokens (the tiles)
+    /// equals T calls of `matvec` (the row dots) bit for bit.
+    #[test]
+    fn batched_prefill_equals_token_by_token_decode() {
+        use crate::kernels::qmatmul::{matmul, matvec};
+        let (n, k, t) = (37, 576, 6);
+        for ty in [GgmlType::Q4_0, GgmlType::Q5_0, GgmlType::Q5_1] {
+            let wf = super::super::test_data(n * k, 21);
+            let rb = ty.row_bytes(k as u64).unwrap() as usize;
+            let mut bytes = vec![0u8; rb * n];
+            for r in 0..n {
+                quantize(
+                    ty,
+                    &wf[r * k..(r + 1) * k],
+                    &mut bytes[r * rb..(r + 1) * rb],
+                )
+                .unwrap();
+            }
+            let w = QMat::new(ty, n, k, &bytes).unwrap();
+            let x = super::super::test_data(t * k, 22);
+            let mut y = vec![0f32; t * n];
+            matmul(&w, &x, t, &mut y);
+            let mut y1 = vec![0f32; n];
+            for i in 0..t {
+                matvec(&w, &x[i * k..(i + 1) * k], &mut y1);
+                if supports(ty, k) {
+                    assert_eq!(&y[i * n..(i + 1) * n], &y1[..], "{ty} token {i}");
                 }
             }
         }

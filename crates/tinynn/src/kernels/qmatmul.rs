@@ -6,13 +6,16 @@
 //! the panel to the `gemm` crate, so each weight is decoded once per batch, not once per token.
 //! Rows are split across the rayon pool.
 //!
-//! Decode of Q4_0, Q4_1, Q8_0 and the k-quants Q4_K, Q5_K, Q6_K takes integer row dots
-//! instead (`qdot`, `qdot_k`): x is quantized once to 8 bits, as ggml's `vec_dot_type`.
+//! Decode of Q4_0, Q4_1, Q5_0, Q5_1, Q8_0 and the k-quants Q4_K, Q5_K, Q6_K takes integer
+//! row dots instead (`qdot`, `qdot_q5`, `qdot_k`): x is quantized once to 8 bits, as ggml's
+//! `vec_dot_type`. Prefill of the legacy types takes `qgemm`'s VNNI tiles where the CPU has
+//! them, which sum in the row dots' order.
 
 use super::act_quant::{block_mins, has_min_term, q8_1_sum_corrections, round_for, vec_dot_type};
 use super::dot::dot;
 use super::qdot::{dot_q4_0, dot_q4_1, dot_q8_0, has_fast_q4_1, Q8_1Act, Q8_1Row};
 use super::qdot_k::{dot_q4_k, dot_q5_k, dot_q6_k, has_fast_k_quants, Q8KAct, Q8KRow};
+use super::qdot_q5::{dot_q5_0, dot_q5_1};
 use super::qgemm;
 use crate::quant::{can_dequantize, dequantize, GgmlType, QK_K};
 use rayon::prelude::*;
@@ -143,6 +146,8 @@ impl RowDot {
         match w.ty {
             Q4_0 if q8_1 => Some(Self::Q8_1(dot_q4_0)),
             Q4_1 if q8_1 => Some(Self::Q8_1(dot_q4_1)),
+            Q5_0 if q8_1 => Some(Self::Q8_1(dot_q5_0)),
+            Q5_1 if q8_1 => Some(Self::Q8_1(dot_q5_1)),
             Q8_0 if q8_1 => Some(Self::Q8_1(dot_q8_0)),
             Q4_K if q8k => Some(Self::Q8K(dot_q4_k)),
             Q5_K if q8k => Some(Self::Q8K(dot_q5_k)),
@@ -250,7 +255,7 @@ pub fn matmul(w: &QMat, x: &[f32], t: usize, y: &mut [f32]) {
     with_rounded(w.ty, x, k, |x, corr| matmul_exact(w, x, corr, t, y))
 }
 
-/// Prefill's Q4_1 / Q8_0 product: X quantized to Q8_1 once, VNNI tiles over row chunks.
+/// Prefill's product for the legacy types: X quantized to Q8_1 once, VNNI tiles over row chunks.
 fn matmul_int8(w: &QMat, x: &[f32], t: usize, y: &mut [f32]) {
     int8_many(&[*w], x, t, &mut [y], &[])
 }
@@ -441,6 +446,8 @@ mod tests {
             GgmlType::Q8_0,
             GgmlType::Q4_1,
             GgmlType::Q4_0,
+            GgmlType::Q5_0,
+            GgmlType::Q5_1,
         ] {
             for (n, k, t) in [
                 (1, 32, 1),
@@ -473,7 +480,9 @@ mod tests {
         assert!(RowDot::for_matrix(&w(GgmlType::Q4_K, 576)).is_none());
         assert!(RowDot::for_matrix(&w(GgmlType::Q6_K, 96)).is_none());
         assert!(RowDot::for_matrix(&w(GgmlType::Q4_0, 48)).is_none());
-        assert!(RowDot::for_matrix(&w(GgmlType::Q5_0, 576)).is_none());
+        assert_eq!(RowDot::for_matrix(&w(GgmlType::Q5_0, 576)).is_some(), fast);
+        assert!(RowDot::for_matrix(&w(GgmlType::Q5_1, 48)).is_none());
+        assert!(RowDot::for_matrix(&w(GgmlType::IQ4_NL, 576)).is_none());
     }
 
     #[test]
@@ -481,6 +490,9 @@ mod tests {
         let cases = [
             (GgmlType::Q4_1, 576),
             (GgmlType::Q8_0, 576),
+            (GgmlType::Q4_0, 576),
+            (GgmlType::Q5_0, 576),
+            (GgmlType::Q5_1, 576),
             (GgmlType::F32, 576),
             (GgmlType::Q4_K, 512),
             (GgmlType::Q6_K, 512),
