@@ -38,6 +38,33 @@ fn stats(xs: &[f64]) -> (f64, f64) {
     (mean, var.sqrt())
 }
 
+/// Which kernels this CPU dispatches to, per weight type and width of the model's matrices.
+fn kernels_used(model: &toy::model::Model) -> serde_json::Value {
+    use std::collections::BTreeMap;
+    let mut by_type: BTreeMap<String, serde_json::Value> = BTreeMap::new();
+    for t in &model.file.tensors {
+        if t.dims.len() != 2 || !tinynn::quant::can_dequantize(t.ty) {
+            continue;
+        }
+        let (k, n) = (t.dims[0] as usize, t.dims[1] as usize);
+        let Ok(w) = tinynn::kernels::QMat::new(t.ty, n, k, model.file.tensor_data(t)) else {
+            continue;
+        };
+        let (decode, prefill) = tinynn::kernels::qmatmul::kernel_names(&w);
+        let key = format!("{} K={k}", t.ty.name());
+        let e = by_type.entry(key).or_insert_with(
+            || serde_json::json!({"matrices": 0, "decode": decode, "prefill": prefill}),
+        );
+        e["matrices"] = (e["matrices"].as_u64().unwrap_or(0) + 1).into();
+    }
+    serde_json::json!({
+        "simd": format!("{:?}", simd_level()),
+        "vnni": tinynn::kernels::qgemm::has_vnni(),
+        "threads": rayon::current_num_threads(),
+        "matrices": by_type,
+    })
+}
+
 /// Peak resident set size in MiB (VmHWM), where the OS reports it.
 pub fn peak_rss_mib() -> Option<f64> {
     let s = std::fs::read_to_string("/proc/self/status").ok()?;
@@ -83,12 +110,7 @@ pub fn run(a: Args) -> Result<()> {
         }
     }
     let ((ppm, pps), (tgm, tgs)) = (stats(&pp), stats(&tg));
-    let kernels = serde_json::json!({
-        "simd": format!("{:?}", simd_level()),
-        "threads": rayon::current_num_threads(),
-        "matmul": "panel dequantize + gemm (prefill), row dequantize + dot (decode)",
-        "weights": model.file.tensors.iter().fold(std::collections::BTreeMap::<String, usize>::new(), |mut m, t| { *m.entry(t.ty.name().to_string()).or_default() += 1; m }),
-    });
+    let kernels = kernels_used(&model);
     let rss = peak_rss_mib();
     if a.json {
         println!(
@@ -116,6 +138,16 @@ pub fn run(a: Args) -> Result<()> {
             println!("tg{:<5} {:>9.1} ± {:.1} tok/s", a.n_gen, tgm, tgs);
         }
         println!("peak RSS {:.1} MiB", rss.unwrap_or(f64::NAN));
+        if let Some(m) = kernels["matrices"].as_object() {
+            for (k, v) in m {
+                println!(
+                    "  {k:<14} x{:<4} decode: {}; prefill: {}",
+                    v["matrices"],
+                    v["decode"].as_str().unwrap_or(""),
+                    v["prefill"].as_str().unwrap_or("")
+                );
+            }
+        }
     }
     Ok(())
 }

@@ -12,6 +12,7 @@ pub mod act_quant;
 #[allow(clippy::needless_range_loop)]
 pub mod attention;
 pub mod dot;
+mod fallback;
 pub mod norm;
 pub mod qdot;
 #[allow(clippy::needless_range_loop)]
@@ -23,6 +24,7 @@ pub mod qdot_q5;
 pub mod qgemm;
 pub mod qmatmul;
 pub mod rope;
+mod rowdot;
 
 pub use qmatmul::QMat;
 
@@ -38,4 +40,18 @@ pub(crate) fn test_data(n: usize, seed: u64) -> Vec<f32> {
             ((s >> 40) as f32 / (1u64 << 24) as f32) * 2.0 - 1.0
         })
         .collect()
+}
+
+/// Raw pointer to an output that rayon tasks write in disjoint parts.
+#[derive(Clone, Copy)]
+pub(crate) struct OutPtr(pub(crate) *mut f32);
+// SAFETY: each task writes only its own part of the output (see the callers).
+unsafe impl Send for OutPtr {}
+unsafe impl Sync for OutPtr {}
+
+impl OutPtr {
+    /// A method call captures the whole wrapper (not its raw field) in closures.
+    pub(crate) fn at(self, i: usize) -> *mut f32 {
+        self.0.wrapping_add(i)
+    }
 }

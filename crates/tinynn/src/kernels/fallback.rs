@@ -1,0 +1,146 @@
+//! The portable path of the matrix products: dequantize weight rows to f32 (a scratch row for
+//! decode, a panel of rows handed to the `gemm` crate for prefill), on activations rounded
+//! as llama.cpp rounds them for the weight type (`act_quant`), plus Q4_1 / Q5_1's min-term
+//! correction. It serves every type and width the integer kernels do not.
+
+use super::act_quant::{block_mins, has_min_term, q8_1_sum_corrections, round_for, vec_dot_type};
+use super::dot::dot;
+use super::{OutPtr, QMat};
+use crate::quant::GgmlType;
+use rayon::prelude::*;
+use std::cell::RefCell;
+
+thread_local! {
+    static SCRATCH: RefCell<Vec<f32>> = const { RefCell::new(Vec::new()) };
+}
+
+fn with_scratch<R>(len: usize, f: impl FnOnce(&mut [f32]) -> R) -> R {
+    SCRATCH.with(|s| {
+        let mut s = s.borrow_mut();
+        if s.len() < len {
+            s.resize(len, 0.0);
+        }
+        f(&mut s[..len])
+    })
+}
+
+thread_local! {
+    static XQ: RefCell<(Vec<f32>, Vec<f32>)> = const { RefCell::new((Vec::new(), Vec::new())) };
+}
+
+/// Run `f` on `x` rounded as llama.cpp rounds activations for weights of type `ty`, and the
+/// per-block min-term corrections for Q4_1 / Q5_1 (see `act_quant`; empty otherwise).
+fn with_rounded<R>(ty: GgmlType, x: &[f32], k: usize, f: impl FnOnce(&[f32], &[f32]) -> R) -> R {
+    if vec_dot_type(ty).is_none() {
+        return f(x, &[]);
+    }
+    XQ.with(|buf| {
+        let (xr, corr) = &mut *buf.borrow_mut();
+        corr.clear();
+        if has_min_term(ty) && k.is_multiple_of(32) {
+            q8_1_sum_corrections(x, corr);
+        }
+        xr.clear();
+        xr.extend_from_slice(x);
+        round_for(ty, xr, k);
+        f(xr, corr)
+    })
+}
+
+/// `y = W x` through dequantized rows.
+pub(super) fn matvec_f32(w: &QMat, x: &[f32], y: &mut [f32]) {
+    with_rounded(w.ty, x, w.cols, |x, corr| matvec_exact(w, x, corr, y))
+}
+
+/// `Y = X W^T` through dequantized panels and the `gemm` crate.
+pub(super) fn matmul_f32(w: &QMat, x: &[f32], t: usize, y: &mut [f32]) {
+    with_rounded(w.ty, x, w.cols, |x, corr| matmul_exact(w, x, corr, t, y))
+}
+
+/// `y = W x` on `x` as given, plus the min-term corrections `corr` (K/32) if any.
+fn matvec_exact(w: &QMat, x: &[f32], corr: &[f32], y: &mut [f32]) {
+    let chunk = (w.rows / (rayon::current_num_threads() * 4)).clamp(8, 256);
+    let nb = corr.len();
+    y.par_chunks_mut(chunk).enumerate().for_each(|(c, ys)| {
+        with_scratch(w.cols + nb, |buf| {
+            let (row, mins) = buf.split_at_mut(w.cols);
+            for (i, yi) in ys.iter_mut().enumerate() {
+                let r = c * chunk + i;
+                w.dequantize_row(r, row);
+                *yi = dot(row, x);
+                if nb > 0 {
+                    block_mins(w.ty, w.row(r), mins);
+                    *yi += dot(mins, corr);
+                }
+            }
+        })
+    });
+}
+
+/// `Y = X W^T` on `X` as given, plus corrections `corr` (T, K/32) times the block mins.
+fn matmul_exact(w: &QMat, x: &[f32], corr: &[f32], t: usize, y: &mut [f32]) {
+    let (n, k) = (w.rows, w.cols);
+    // The panel depends on N only, so results do not change with the thread count.
+    let panel = (n / 8).clamp(16, 128);
+    let out = OutPtr(y.as_mut_ptr());
+    (0..n.div_ceil(panel)).into_par_iter().for_each(|p| {
+        let r0 = p * panel;
+        let rows = panel.min(n - r0);
+        let nb = corr.len() / t;
+        with_scratch(rows * (k + nb), |buf| {
+            let (buf, mins) = buf.split_at_mut(rows * k);
+            for r in 0..rows {
+                w.dequantize_row(r0 + r, &mut buf[r * k..(r + 1) * k]);
+            }
+            // SAFETY: dst covers Y[0..t, r0..r0+rows] (row stride n), which lies inside y and is
+            // written by this task only; lhs is X (T, K) row-major; rhs(kk, j) = buf[j*k + kk].
+            unsafe { gemm_panel(out.at(r0), n, x, buf, t, rows, k, false) };
+            if nb > 0 {
+                for r in 0..rows {
+                    block_mins(w.ty, w.row(r0 + r), &mut mins[r * nb..(r + 1) * nb]);
+                }
+                // SAFETY: as above, with lhs corr (T, K/32) and rhs the mins (rows, K/32).
+                unsafe { gemm_panel(out.at(r0), n, corr, mins, t, rows, nb, true) };
+            }
+        })
+    });
+}
+
+/// dst (T, rows; row stride `ldd`) (+)= lhs (T, K) * rhs^T, rhs (rows, K) row-major.
+///
+/// # Safety
+/// `dst` must be valid for writes at `i * ldd + j` for i < t, j < rows, and no other thread
+/// may touch those elements during the call.
+#[allow(clippy::too_many_arguments)]
+unsafe fn gemm_panel(
+    dst: *mut f32,
+    ldd: usize,
+    lhs: &[f32],
+    rhs: &[f32],
+    t: usize,
+    rows: usize,
+    k: usize,
+    accumulate: bool,
+) {
+    gemm::gemm(
+        t,
+        rows,
+        k,
+        dst,
+        1,
+        ldd as isize,
+        accumulate,
+        lhs.as_ptr(),
+        1,
+        k as isize,
+        rhs.as_ptr(),
+        k as isize,
+        1,
+        if accumulate { 1.0 } else { 0.0 },
+        1.0,
+        false,
+        false,
+        false,
+        gemm::Parallelism::None,
+    )
+}
