@@ -16,7 +16,10 @@
 # target/llama-cpp/compare-<model-basename>.json; raw outputs and logs: target/llama-cpp/runs/
 # and target/llama-cpp/logs/. Not part of CI.
 #
-# Environment: THREADS (2), REPS (5), N_PROMPT (512), N_GEN (128).
+# Environment: THREADS (2), REPS (5), N_PROMPT (512), N_GEN (128); WAIT_QUIET (600): before
+# each benchmark, wait up to this many seconds for the CPUs to be under QUIET_BUSY (0.25) busy
+# (0 = do not wait); RETRIES (2): rerun a benchmark up to this many times when other processes
+# used QUIET_BUSY or more of the CPUs during it. Disturbed runs are flagged in the table/JSON.
 set -euo pipefail
 
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -34,6 +37,9 @@ THREADS=${THREADS:-2}
 REPS=${REPS:-5}
 N_PROMPT=${N_PROMPT:-512}
 N_GEN=${N_GEN:-128}
+WAIT_QUIET=${WAIT_QUIET:-600}
+QUIET_BUSY=${QUIET_BUSY:-0.25}
+RETRIES=${RETRIES:-2}
 
 work="$root/target/llama-cpp"
 sdist_dir="$work/src"
@@ -47,7 +53,7 @@ log() { printf '[%s] %s\n' "$(date +%H:%M:%S)" "$*" >&2; }
 warn() { log "WARNING: $*"; }
 die() { log "ERROR: $*"; exit 1; }
 
-usage() { sed -n '2,19p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'; }
+usage() { sed -n '2,/^set -euo/{/^set/d;s/^# \{0,1\}//;p}' "${BASH_SOURCE[0]}"; }
 
 do_types=0
 force_amx=0
@@ -93,6 +99,60 @@ apt_install() {
 fmt_secs() { printf '%dm %02ds' "$(($1 / 60))" "$(($1 % 60))"; }
 
 loadavg() { cut -d' ' -f1-3 /proc/loadavg 2>/dev/null || echo "?"; }
+
+# Fraction of all CPUs busy over the next 2 seconds (from /proc/stat), e.g. 0.07.
+cpu_busy() {
+  python3 - <<'PY'
+import time
+def snap():
+    v = [int(x) for x in open("/proc/stat").readline().split()[1:]]
+    return sum(v), v[3] + v[4]  # total, idle + iowait
+t0, i0 = snap(); time.sleep(2); t1, i1 = snap()
+print(f"{1 - (i1 - i0) / max(t1 - t0, 1):.2f}")
+PY
+}
+
+# measured OUT ERRLOG CMD...: run CMD (stdout to OUT, stderr to ERRLOG) and write to OUT.other
+# the share of all CPUs that *other* processes used meanwhile (busy time from /proc/stat less
+# CMD's own CPU time), so that a benchmark disturbed mid-run can be told from a clean one.
+measured() {
+  python3 - "$@" <<'PY'
+import os, resource, subprocess, sys, time
+out, err, cmd = sys.argv[1], sys.argv[2], sys.argv[3:]
+def busy():
+    v = [int(x) for x in open("/proc/stat").readline().split()[1:]]
+    return (sum(v) - v[3] - v[4]) / os.sysconf("SC_CLK_TCK")
+b0, w0 = busy(), time.monotonic()
+with open(out, "w") as o, open(err, "w") as e:
+    rc = subprocess.call(cmd, stdout=o, stderr=e)
+b1, w1 = busy(), time.monotonic()
+ru = resource.getrusage(resource.RUSAGE_CHILDREN)
+other = max(0.0, (b1 - b0) - (ru.ru_utime + ru.ru_stime)) / ((w1 - w0) * os.cpu_count())
+with open(out + ".other", "w") as f:
+    f.write(f"{other:.2f}\n")
+sys.exit(rc)
+PY
+}
+
+# Wait (up to WAIT_QUIET s) until the CPUs are quiet; prints the last busy fraction measured.
+# Benchmarks of 2 threads on a 2-core machine shared with another job measure the other job.
+wait_quiet() {
+  local busy start=$SECONDS next=0
+  busy=$(cpu_busy)
+  while awk -v b="$busy" -v q="$QUIET_BUSY" 'BEGIN { exit !(b >= q) }'; do
+    if [ $((SECONDS - start)) -ge "$WAIT_QUIET" ]; then
+      warn "CPUs still $busy busy after waiting $(fmt_secs "$WAIT_QUIET"); benchmarking anyway (numbers will be skewed)"
+      break
+    fi
+    if [ $((SECONDS - start)) -ge "$next" ]; then
+      log "CPUs $busy busy (load avg $(loadavg)); waiting for them to quiet down (< $QUIET_BUSY, up to $(fmt_secs "$WAIT_QUIET"))"
+      next=$((next + 60))
+    fi
+    sleep 3
+    busy=$(cpu_busy)
+  done
+  echo "$busy"
+}
 
 # ---------------------------------------------------------------------------------------------
 # Step 1: llama.cpp sources from the llama-cpp-python sdist
@@ -171,7 +231,7 @@ build_llama() {
   local config stamp="$dir/.toy-bench-built" cfgfile="$dir/.toy-bench-config"
   config="src=$PY_PKG-$PY_VERSION cc=$cc cxx=$cxx flags=$flags"
   if [ -f "$stamp" ] && [ -x "$dir/bin/llama-bench" ] && [ "$(cat "$cfgfile" 2>/dev/null)" = "$config" ]; then
-    log "step 2: [$name] already built ($label, $(cat "$stamp")); skipping"
+    log "step 2: [$name] already built ($label, in $(fmt_secs "$(cat "$stamp")")); skipping"
     write_info "$name" "$label" "$cc" "$cxx" "$flags" "$(cat "$stamp")" cached
     return 0
   fi
@@ -211,10 +271,14 @@ write_info() {
   "$dir/bin/llama-bench" --help >"$logs/llama-bench-help-$name.txt" 2>&1 ||
     warn "[$name] llama-bench --help exited non-zero"
   log "[$name] llama-bench --help: $(head -n 1 "$logs/llama-bench-help-$name.txt")"
+  local threading="ggml threadpool (no OpenMP)"
+  if grep -qs GGML_USE_OPENMP "$dir/ggml/src/CMakeFiles/ggml-cpu.dir/flags.make"; then
+    threading="OpenMP"
+  fi
   python3 - "$dir" "$name" "$label" "$cc" "$cxx" "$flags" "$secs" "$how" \
-      "$($cc --version 2>/dev/null | head -n 1)" <<'PY' >&2
+      "$($cc --version 2>/dev/null | head -n 1)" "$threading" <<'PY' >&2
 import ctypes, glob, json, os, sys
-d, name, label, cc, cxx, flags, secs, how, ccver = sys.argv[1:]
+d, name, label, cc, cxx, flags, secs, how, ccver, threading = sys.argv[1:]
 # ggml's CPU backend reports the ISA it was compiled for (ggml_cpu_has_*), the same values as
 # llama.cpp's system info line ("AVX512 = 1 | ... | AMX_INT8 = 1").
 feats = {}
@@ -229,10 +293,10 @@ if libs:
     except OSError as e:
         print(f"    [{name}] cannot load {libs[0]}: {e}", file=sys.stderr)
 info = {"name": name, "label": label, "cc": cc, "cxx": cxx, "compiler": ccver, "flags": flags,
-        "build_seconds": int(secs), "build": how, "cpu_features": feats}
+        "build_seconds": int(secs), "build": how, "threading": threading, "cpu_features": feats}
 json.dump(info, open(os.path.join(d, ".toy-bench-info.json"), "w"), indent=1)
 shown = " | ".join(f"{k} = {v}" for k, v in feats.items()) or "unknown (libggml-cpu not found)"
-print(f"    [{name}] ggml CPU backend compiled with: {shown}")
+print(f"    [{name}] ggml CPU backend compiled with: {shown}; threads: {threading}")
 amx = feats.get("AMX_INT8")
 print(f"    [{name}] AMX_INT8 = {amx if amx is not None else '?'}"
       + (" (AMX kernels compiled in)" if amx == 1 else " (no AMX kernels)"))
@@ -309,60 +373,83 @@ prepare_models() {
   fi
 }
 
-# One benchmark at a time: each call waits for its process to finish.
+# bench_one KIND DESC OUT LOG CMD...: one benchmark, after waiting for quiet CPUs; when other
+# processes used >= QUIET_BUSY of the CPUs during the run, run it again (up to RETRIES more
+# times). Appends KIND=OUT to `files` on success. Never runs two benchmarks at once.
+bench_one() {
+  local kind=$1 desc=$2 out=$3 blog=$4 try other
+  shift 4
+  for ((try = 0; try <= RETRIES; try++)); do
+    wait_quiet >"$out.busy"
+    log "step 4: $desc (CPUs $(cat "$out.busy") busy before)"
+    if ! measured "$out.part" "$blog" "$@"; then
+      tail -n 20 "$blog" >&2
+      rm -f "$out.part" "$out.part.other"
+      warn "$desc FAILED (log: $blog)"
+      return 0
+    fi
+    mv "$out.part" "$out"
+    mv "$out.part.other" "$out.other"
+    other=$(cat "$out.other")
+    if awk -v b="$other" -v q="$QUIET_BUSY" 'BEGIN { exit !(b < q) }'; then
+      break
+    fi
+    if [ "$try" -lt "$RETRIES" ]; then
+      warn "other processes used $other of the CPUs during that run; running it again"
+    else
+      warn "other processes used $other of the CPUs during that run too; keeping it (skewed)"
+    fi
+  done
+  files+=("$kind=$out")
+}
+
 bench_model() {
-  local m=$1 base name label out v
+  local m=$1 base name label v
   base=$(basename "$m" .gguf)
   local files=()
+  local args=(-m "$m" -p "$N_PROMPT" -n "$N_GEN" -r "$REPS")
   for v in "${variant_info[@]}"; do
     name=${v%%|*}
     label=${v#*|}
-    out="$runs/$base.llama-$name.json"
-    log "step 4: [$base] llama-bench ($label): -p $N_PROMPT -n $N_GEN -t $THREADS -r $REPS (load avg $(loadavg))"
-    if "$work/build-$name/bin/llama-bench" -m "$m" -p "$N_PROMPT" -n "$N_GEN" -t "$THREADS" \
-        -r "$REPS" -o json >"$out.part" 2>"$logs/bench-$base.llama-$name.log"; then
-      mv "$out.part" "$out"
-      files+=("llama-$name=$out")
-    else
-      tail -n 20 "$logs/bench-$base.llama-$name.log" >&2
-      rm -f "$out.part"
-      warn "[$base] llama-bench ($name) failed (log: $logs/bench-$base.llama-$name.log)"
-    fi
+    bench_one "llama-$name" "[$base] llama-bench ($label): ${args[*]:2} -t $THREADS -o json" \
+      "$runs/$base.llama-$name.json" "$logs/bench-$base.llama-$name.log" \
+      "$work/build-$name/bin/llama-bench" "${args[@]}" -t "$THREADS" -o json
   done
-  out="$runs/$base.toy.json"
-  log "step 4: [$base] toy bench: -t $THREADS -p $N_PROMPT -n $N_GEN -r $REPS (load avg $(loadavg))"
-  if "$toy" -t "$THREADS" bench -m "$m" -p "$N_PROMPT" -n "$N_GEN" -r "$REPS" --json \
-      >"$out.part" 2>"$logs/bench-$base.toy.log"; then
-    mv "$out.part" "$out"
-    files+=("toy=$out")
-  else
-    tail -n 20 "$logs/bench-$base.toy.log" >&2
-    rm -f "$out.part"
-    warn "[$base] toy bench failed (log: $logs/bench-$base.toy.log)"
-  fi
+  bench_one toy "[$base] toy -t $THREADS bench ${args[*]:2} --json" \
+    "$runs/$base.toy.json" "$logs/bench-$base.toy.log" \
+    "$toy" -t "$THREADS" bench "${args[@]}" --json
   report "$m" "$work/compare-$base.json" "${files[@]}"
 }
 
 # report MODEL OUT.json KIND=FILE... : print the table and write the JSON.
 report() {
   python3 - "$work" "$THREADS" "$REPS" "$N_PROMPT" "$N_GEN" "$LLAMA_COMMIT" "$PY_VERSION" \
-      "$(loadavg)" "$@" <<'PY'
+      "$(loadavg)" "$QUIET_BUSY" "$@" <<'PY'
 import json, os, sys
-work, threads, reps, npp, ntg, commit, pyver, load, model, out = sys.argv[1:11]
+work, threads, reps, npp, ntg, commit, pyver, load, quiet, model, out = sys.argv[1:12]
+quiet = float(quiet)
 npp, ntg = int(npp), int(ntg)
 res = {"model": model, "threads": int(threads), "reps": int(reps),
        "llama_cpp": {"commit": commit, "source": f"llama-cpp-python=={pyver} sdist"},
-       "load_avg_after": load, "variants": {}, "tests": {}}
+       "load_avg_after": load, "quiet_threshold": quiet, "variants": {}, "tests": {}}
 tests = {f"pp{npp}": None, f"tg{ntg}": None}
 vals = {}  # kind -> test -> (mean, sd)
-for arg in sys.argv[11:]:
+busy, other = {}, {}
+def num(path):
+    try:
+        return float(open(path).read())
+    except (OSError, ValueError):
+        return None
+for arg in sys.argv[12:]:
     kind, path = arg.split("=", 1)
     data = json.load(open(path))
+    busy[kind], other[kind] = num(path + ".busy"), num(path + ".other")
     if kind == "toy":
         vals[kind] = {f"pp{npp}": (data["prefill_tok_s"]["mean"], data["prefill_tok_s"]["sd"]),
                       f"tg{ntg}": (data["decode_tok_s"]["mean"], data["decode_tok_s"]["sd"])}
         res["variants"]["toy"] = {"label": "toy", "peak_rss_mib": data.get("peak_rss_mib"),
-                                  "kernels": data.get("kernels")}
+                                  "kernels": data.get("kernels"), "cpu_busy_before": busy[kind],
+                                  "other_cpu_during": other[kind]}
     else:
         name = kind.split("-", 1)[1]
         v = {}
@@ -376,6 +463,8 @@ for arg in sys.argv[11:]:
         info = json.load(open(info_path)) if os.path.exists(info_path) else {}
         info["cpu_info"] = data[0].get("cpu_info") if data else None
         info["build_commit"] = data[0].get("build_commit") if data else None
+        info["cpu_busy_before"] = busy[kind]
+        info["other_cpu_during"] = other[kind]
         res["variants"][kind] = info
 
 def get(kind, t):
@@ -410,7 +499,7 @@ for kind in ("llama-gcc", "llama-clang"):
     if kind in res["variants"]:
         i = res["variants"][kind]
         print(f"  {kind}: {i.get('label', '?')}: {i.get('compiler', '?')}, "
-              f"AMX_INT8 = {i.get('cpu_features', {}).get('AMX_INT8', '?')}")
+              f"{i.get('threading', '?')}, AMX_INT8 = {i.get('cpu_features', {}).get('AMX_INT8', '?')}")
 hdr = f"{'test':<7} {'llama.cpp GCC':>18} {'llama.cpp clang':>18} {'toy':>18} {'toy/GCC':>8} {'toy/clang':>9}"
 print(hdr)
 print("-" * len(hdr))
@@ -420,6 +509,12 @@ for t, r in res["tests"].items():
 rss = res["variants"].get("toy", {}).get("peak_rss_mib")
 if rss is not None:
     print(f"toy peak RSS {rss:.1f} MiB")
+print("CPU share used by other processes during each run: "
+      + ", ".join(f"{k} {'?' if v is None else f'{v:.2f}'}" for k, v in other.items()))
+noisy = sorted({k for d in (busy, other) for k, b in d.items() if b is not None and b >= quiet})
+if noisy:
+    print(f"WARNING: other processes used >= {quiet} of the CPUs around: {', '.join(noisy)}; "
+          "those numbers are skewed")
 print(f"results: {out}")
 PY
 }
@@ -433,11 +528,34 @@ check_commit
 build_all
 build_toy
 prepare_models
-log "load average before benchmarking: $(loadavg) (another busy process skews the numbers)"
 for m in "${models[@]}"; do
   bench_model "$m"
 done
 if [ "${#models[@]}" -gt 1 ]; then
-  log "summary: one JSON per model in $work/compare-*.json"
+  summary=()
+  for m in "${models[@]}"; do
+    summary+=("$work/compare-$(basename "$m" .gguf).json")
+  done
+  log "summary of ${#models[@]} models (tok/s; toy/GCC, toy/clang)"
+  python3 - "${summary[@]}" <<'PY'
+import json, os, sys
+def f(x):
+    return "n/a" if x is None else f"{x['mean']:.1f}"
+def r(x):
+    return "n/a" if x is None else f"{x:.2f}x"
+rows = []
+for path in sys.argv[1:]:
+    if not os.path.exists(path):
+        continue
+    d = json.load(open(path))
+    name = os.path.basename(d["model"])
+    for t, v in d["tests"].items():
+        rows.append((name, t, f(v["llama_gcc"]), f(v["llama_clang"]), f(v["toy"]),
+                     r(v["toy_over_gcc"]), r(v["toy_over_clang"])))
+w = max(len(x[0]) for x in rows) if rows else 5
+print(f"{'model':<{w}} {'test':<6} {'GCC':>8} {'clang':>8} {'toy':>8} {'toy/GCC':>8} {'toy/clang':>9}")
+for x in rows:
+    print(f"{x[0]:<{w}} {x[1]:<6} {x[2]:>8} {x[3]:>8} {x[4]:>8} {x[5]:>8} {x[6]:>9}")
+PY
 fi
 log "done"
