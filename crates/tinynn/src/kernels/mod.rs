@@ -12,6 +12,7 @@ pub mod act_quant;
 #[allow(clippy::needless_range_loop)]
 pub mod attention;
 pub mod dot;
+pub mod f16dot;
 mod fallback;
 pub mod norm;
 pub mod qdot;

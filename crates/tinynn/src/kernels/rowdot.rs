@@ -3,6 +3,7 @@
 //! the weight type (`vec_dot_type`), then one parallel loop over the rows of one or several
 //! matrices (fused q/k/v, gate/up), with `qgemm`'s tiles for prefill.
 
+use super::f16dot::{dot_f16, has_fast_f16};
 use super::qdot::{dot_q4_0, dot_q4_1, dot_q8_0, has_fast_q4_1, Q8_1Act, Q8_1Row};
 use super::qdot_k::{dot_q4_k, dot_q5_k, dot_q6_k, has_fast_k_quants, Q8KAct, Q8KRow};
 use super::qdot_q5::{dot_q5_0, dot_q5_1};
@@ -16,6 +17,8 @@ use std::cell::RefCell;
 pub(super) enum RowDot {
     Q8_1(fn(&[u8], &Q8_1Row) -> f32),
     Q8K(fn(&[u8], &Q8KRow) -> f32),
+    /// f16 weights against x rounded to f16 (ggml's F16 `vec_dot_type`).
+    F16,
 }
 
 impl RowDot {
@@ -36,47 +39,59 @@ impl RowDot {
             Q4_K if q8k => Some(Self::Q8K(dot_q4_k)),
             Q5_K if q8k => Some(Self::Q8K(dot_q5_k)),
             Q6_K if q8k => Some(Self::Q8K(dot_q6_k)),
+            F16 if has_fast_f16() => Some(Self::F16),
             _ => None,
         }
     }
 
-    fn run(self, row: &[u8], a: &Q8_1Act, ak: &Q8KAct) -> f32 {
+    fn run(self, row: &[u8], acts: &Acts) -> f32 {
         match self {
-            Self::Q8_1(f) => f(row, &a.row()),
-            Self::Q8K(f) => f(row, &ak.row()),
+            Self::Q8_1(f) => f(row, &acts.q8_1.row()),
+            Self::Q8K(f) => f(row, &acts.q8k.row()),
+            Self::F16 => dot_f16(row, &acts.f16),
         }
     }
 }
 
-thread_local! {
-    static ACT: RefCell<Q8_1Act> = RefCell::new(Q8_1Act::default());
-    static ACT_K: RefCell<Q8KAct> = RefCell::new(Q8KAct::default());
+/// x in the forms the row dots read: Q8_1 blocks, Q8_K blocks, f16-rounded values.
+#[derive(Default)]
+pub(super) struct Acts {
+    pub(super) q8_1: Q8_1Act,
+    pub(super) q8k: Q8KAct,
+    pub(super) f16: Vec<f32>,
 }
 
-/// Run `f` on x quantized to Q8_1 (if `q8_1`) and to Q8_K (if `q8k`); the other is stale.
-fn with_acts<R>(x: &[f32], q8_1: bool, q8k: bool, f: impl FnOnce(&Q8_1Act, &Q8KAct) -> R) -> R {
-    ACT.with(|a| {
-        ACT_K.with(|ak| {
-            let (mut a, mut ak) = (a.borrow_mut(), ak.borrow_mut());
-            if q8_1 {
-                a.quantize(x);
-            }
-            if q8k {
-                ak.quantize(x);
-            }
-            f(&a, &ak)
-        })
+thread_local! {
+    static ACTS: RefCell<Acts> = RefCell::new(Acts::default());
+}
+
+/// Run `f` on x converted to every form that one of `dots` reads (Q8_1 also when `tiles`,
+/// for prefill); the other forms are stale.
+fn with_acts<R>(x: &[f32], dots: &[RowDot], tiles: bool, f: impl FnOnce(&Acts) -> R) -> R {
+    ACTS.with(|acts| {
+        let mut acts = acts.borrow_mut();
+        if tiles || dots.iter().any(|d| matches!(d, RowDot::Q8_1(_))) {
+            acts.q8_1.quantize(x);
+        }
+        if dots.iter().any(|d| matches!(d, RowDot::Q8K(_))) {
+            acts.q8k.quantize(x);
+        }
+        if dots.iter().any(|d| matches!(d, RowDot::F16)) {
+            acts.f16.clear();
+            acts.f16
+                .extend(x.iter().map(|v| half::f16::from_f32(*v).to_f32()));
+        }
+        f(&acts)
     })
 }
 
-/// Decode's integer product: quantize x to 8 bits once, then an integer dot per row.
+/// Decode's product: convert x once, then one row dot per output.
 pub(super) fn matvec_int8(w: &QMat, x: &[f32], y: &mut [f32], dot: RowDot) {
-    let q8k = matches!(dot, RowDot::Q8K(_));
-    with_acts(x, !q8k, q8k, |a, ak| {
+    with_acts(x, &[dot], false, |acts| {
         let chunk = (w.rows / (rayon::current_num_threads() * 4)).clamp(8, 256);
         y.par_chunks_mut(chunk).enumerate().for_each(|(c, ys)| {
             for (i, yi) in ys.iter_mut().enumerate() {
-                *yi = dot.run(w.row(c * chunk + i), a, ak);
+                *yi = dot.run(w.row(c * chunk + i), acts);
             }
         });
     })
@@ -87,9 +102,7 @@ pub(super) fn matvec_int8(w: &QMat, x: &[f32], y: &mut [f32], dot: RowDot) {
 /// synchronisation, not three. Decode (T = 1) takes `dots`, one per matrix; prefill the tiles.
 pub(super) fn int8_many(ws: &[QMat], x: &[f32], t: usize, ys: &mut [&mut [f32]], dots: &[RowDot]) {
     const CHUNK: usize = 16;
-    let q8k = dots.iter().any(|d| matches!(d, RowDot::Q8K(_)));
-    let q8_1 = t > 1 || dots.iter().any(|d| matches!(d, RowDot::Q8_1(_)));
-    with_acts(x, q8_1, q8k, |act, act_k| {
+    with_acts(x, dots, t > 1, |acts| {
         let outs: Vec<OutPtr> = ys.iter_mut().map(|y| OutPtr(y.as_mut_ptr())).collect();
         let tasks: Vec<(usize, usize)> = ws
             .iter()
@@ -102,11 +115,11 @@ pub(super) fn int8_many(ws: &[QMat], x: &[f32], t: usize, ys: &mut [&mut [f32]],
             if t == 1 {
                 for r in r0..r0 + nr {
                     // SAFETY: this task alone writes rows r0..r0+nr of this output.
-                    unsafe { *out.at(r) = dots[i].run(w.row(r), act, act_k) };
+                    unsafe { *out.at(r) = dots[i].run(w.row(r), acts) };
                 }
             } else {
                 // SAFETY: this task alone writes columns r0..r0+nr of this Y (T, N).
-                unsafe { qgemm::gemm_rows(w, r0, nr, act, t, out.at(r0), w.rows) };
+                unsafe { qgemm::gemm_rows(w, r0, nr, &acts.q8_1, t, out.at(r0), w.rows) };
             }
         });
     })

@@ -1,0 +1,81 @@
+//! Dot products of f16 weight rows with activations rounded to f16, as ggml's F16 matrix
+//! products see them (`vec_dot_type` F16): the row is widened 16 lanes at a time (F16C), four
+//! accumulators run over 64-element steps and are reduced pairwise, as `ggml_vec_dot_f16`.
+//! Decode of an F16 model is a stream of these, so it runs at memory bandwidth.
+
+use half::f16;
+
+/// Scalar reference: `row` holds K f16 values (little-endian bytes), `x` K f32 values.
+pub fn dot_f16_ref(row: &[u8], x: &[f32]) -> f32 {
+    let mut sum = 0f64;
+    for (c, xv) in row.chunks_exact(2).zip(x) {
+        sum += (f16::from_le_bytes([c[0], c[1]]).to_f32() * xv) as f64;
+    }
+    sum as f32
+}
+
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f,fma,f16c")]
+unsafe fn dot_f16_avx512(row: &[u8], x: &[f32]) -> f32 {
+    use std::arch::x86_64::*;
+    let k = (row.len() / 2).min(x.len());
+    let (rp, xp) = (row.as_ptr(), x.as_ptr());
+    let mut sum = [_mm512_setzero_ps(); 4];
+    let steps = k / 64;
+    for c in 0..steps {
+        for (j, acc) in sum.iter_mut().enumerate() {
+            let i = 64 * c + 16 * j;
+            let w = _mm512_cvtph_ps(_mm256_loadu_si256(rp.add(2 * i) as *const __m256i));
+            *acc = _mm512_fmadd_ps(w, _mm512_loadu_ps(xp.add(i)), *acc);
+        }
+    }
+    let v = _mm512_add_ps(_mm512_add_ps(sum[0], sum[2]), _mm512_add_ps(sum[1], sum[3]));
+    let mut total = _mm512_reduce_add_ps(v) as f64;
+    for i in steps * 64..k {
+        total += (f16::from_le_bytes([row[2 * i], row[2 * i + 1]]).to_f32() * x[i]) as f64;
+    }
+    total as f32
+}
+
+/// Whether the F16C/AVX-512 kernel runs on this CPU.
+pub fn has_fast_f16() -> bool {
+    use super::dot::{simd_level, SimdLevel};
+    #[cfg(target_arch = "x86_64")]
+    {
+        simd_level() == SimdLevel::Avx512 && is_x86_feature_detected!("f16c")
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    {
+        let _ = (simd_level(), SimdLevel::Scalar);
+        false
+    }
+}
+
+/// An f16 row against f32 activations, on the best kernel this CPU has.
+pub fn dot_f16(row: &[u8], x: &[f32]) -> f32 {
+    #[cfg(target_arch = "x86_64")]
+    if has_fast_f16() {
+        // SAFETY: the features were detected; both slices are read within their lengths.
+        return unsafe { dot_f16_avx512(row, x) };
+    }
+    dot_f16_ref(row, x)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn fast_f16_dot_matches_reference() {
+        for k in [64, 576, 1536, 80] {
+            let w = super::super::test_data(k, k as u64);
+            let row: Vec<u8> = w
+                .iter()
+                .flat_map(|v| f16::from_f32(*v).to_le_bytes())
+                .collect();
+            let x = super::super::test_data(k, 9);
+            let (a, b) = (dot_f16(&row, &x), dot_f16_ref(&row, &x));
+            assert!((a - b).abs() <= 1e-5 * (1.0 + b.abs()), "k={k}: {a} vs {b}");
+        }
+    }
+}
