@@ -40,7 +40,7 @@ unsafe fn swiglu_avx512(gate: &mut [f32], up: &[f32]) -> usize {
 /// polynomial in b, scaled by 2^n; |n| > 192 saturates to 0 or infinity.
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx512f,avx512dq,fma")]
-unsafe fn expf16(x: std::arch::x86_64::__m512) -> std::arch::x86_64::__m512 {
+pub(crate) unsafe fn expf16(x: std::arch::x86_64::__m512) -> std::arch::x86_64::__m512 {
     use std::arch::x86_64::*;
     let shift = _mm512_set1_ps(f32::from_bits(0x4B40_0000)); // 1.5 * 2^23
     let z = _mm512_fmadd_ps(x, _mm512_set1_ps(f32::from_bits(0x3FB8_AA3B)), shift); // 1/ln 2

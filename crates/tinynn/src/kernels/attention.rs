@@ -49,6 +49,8 @@ pub fn causal_attention(
             unsafe {
                 if s.f16_accumulate {
                     online_avx512::<true>(qv, k, v, scale, o)
+                } else if is_x86_feature_detected!("avx512dq") {
+                    blocked_avx512(qv, k, v, scale, o)
                 } else {
                     online_avx512::<false>(qv, k, v, scale, o)
                 }
@@ -199,6 +201,64 @@ unsafe fn online_avx512<const ROUND: bool>(
         }
         // GCC contracts ggml's `S = S*ms + vs` into one FMA
         sum = sum.mul_add(ms, vs);
+    }
+    let inv = _mm512_set1_ps(1.0 / sum);
+    for i in 0..nv {
+        _mm512_storeu_ps(o.as_mut_ptr().add(16 * i), _mm512_mul_ps(acc[i], inv));
+    }
+}
+
+/// The f32 regime (long batches) in blocks of 16 positions: 16 scores, one block maximum,
+/// one vector `exp` for all 16 (ggml's polynomial, `act::expf16`), one rescale of the
+/// accumulator per block instead of a branch and a scalar `expf` per position.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f,avx512dq,fma,f16c")]
+unsafe fn blocked_avx512(q: &[f32], k: &[f16], v: &[f16], scale: f32, o: &mut [f32]) {
+    use std::arch::x86_64::*;
+    let d = o.len();
+    let nv = d / 16;
+    let n = k.len() / d;
+    assert!(q.len() >= d && v.len() >= n * d && nv <= 16);
+    let mut qv = [_mm512_setzero_ps(); 16];
+    let mut acc = [_mm512_setzero_ps(); 16];
+    for i in 0..nv {
+        qv[i] = _mm512_loadu_ps(q.as_ptr().add(16 * i));
+    }
+    let (mut m, mut sum) = (f32::NEG_INFINITY, 0f32);
+    let mut sc = [f32::NEG_INFINITY; 16];
+    for p0 in (0..n).step_by(16) {
+        let len = 16.min(n - p0);
+        for (j, s) in sc.iter_mut().enumerate() {
+            *s = if j < len {
+                dot_f16_order(&qv[..nv], k.as_ptr().add((p0 + j) * d)) * scale
+            } else {
+                f32::NEG_INFINITY
+            };
+        }
+        let scv = _mm512_loadu_ps(sc.as_ptr());
+        let bm = _mm512_reduce_max_ps(scv);
+        if bm > m {
+            let ms = (m - bm).exp();
+            m = bm;
+            let msv = _mm512_set1_ps(ms);
+            for a in acc.iter_mut().take(nv) {
+                *a = _mm512_mul_ps(*a, msv);
+            }
+            sum *= ms;
+        }
+        let mut w = [0f32; 16];
+        _mm512_storeu_ps(
+            w.as_mut_ptr(),
+            crate::kernels::act::expf16(_mm512_sub_ps(scv, _mm512_set1_ps(m))),
+        );
+        for (j, wj) in w.iter().enumerate().take(len) {
+            let wv = _mm512_set1_ps(*wj);
+            let vp = v.as_ptr().add((p0 + j) * d);
+            for i in 0..nv {
+                acc[i] = _mm512_fmadd_ps(load16(vp.add(16 * i)), wv, acc[i]);
+            }
+            sum += wj;
+        }
     }
     let inv = _mm512_set1_ps(1.0 / sum);
     for i in 0..nv {
