@@ -147,15 +147,16 @@ pub unsafe fn gemm_rows(
             // a short tail repeats its last row; the extra results are dropped
             let rows: [&[u8]; RM] = std::array::from_fn(|i| w.row(r0 + r + i.min(n - 1)));
             pk.pack(w.ty, &rows, w.cols);
+            let wide = t >= WIDE_FROM && (w.cols / 32).is_multiple_of(2);
             let mut t0 = 0;
             while t0 < t {
                 let mut res = [[0f32; RN]; RM];
                 let tn = (t - t0).min(RN);
                 match tn {
-                    4 => tile::<4>(w.ty, &pk, act, w.cols, t0, &mut res),
-                    3 => tile::<3>(w.ty, &pk, act, w.cols, t0, &mut res),
-                    2 => tile::<2>(w.ty, &pk, act, w.cols, t0, &mut res),
-                    _ => tile::<1>(w.ty, &pk, act, w.cols, t0, &mut res),
+                    4 => tile::<4>(w.ty, &pk, act, w.cols, t0, wide, &mut res),
+                    3 => tile::<3>(w.ty, &pk, act, w.cols, t0, wide, &mut res),
+                    2 => tile::<2>(w.ty, &pk, act, w.cols, t0, wide, &mut res),
+                    _ => tile::<1>(w.ty, &pk, act, w.cols, t0, wide, &mut res),
                 }
                 for (i, row) in res.iter().enumerate().take(n) {
                     for (j, v) in row.iter().enumerate().take(tn) {
@@ -169,26 +170,36 @@ pub unsafe fn gemm_rows(
     })
 }
 
+/// Batches of at least this many tokens take the wide tiles (two blocks per 512-bit step),
+/// which sum in a different order than ggml's `vec_dot`; shorter ones keep its order, as
+/// llama.cpp itself changes kernels (tiled attention) at 64 queries.
+pub const WIDE_FROM: usize = 64;
+
+#[allow(clippy::too_many_arguments)]
 fn tile<const TN: usize>(
     ty: GgmlType,
     pk: &Packed,
     act: &Q8_1Act,
     k: usize,
     t0: usize,
+    wide: bool,
     res: &mut [[f32; RN]; RM],
 ) {
     #[cfg(target_arch = "x86_64")]
     if has_vnni() {
-        // SAFETY: the features were detected; the packed rows and act cover K for these tokens.
+        // SAFETY: the features were detected; the packed rows and act cover K for these tokens
+        // (and K is a whole number of block pairs when `wide`).
         unsafe {
-            if signed_weights(ty) {
-                vnni::tile::<TN, true>(pk, act, k, t0, res)
-            } else {
-                vnni::tile::<TN, false>(pk, act, k, t0, res)
+            match (signed_weights(ty), wide) {
+                (true, false) => vnni::tile::<TN, true>(pk, act, k, t0, res),
+                (false, false) => vnni::tile::<TN, false>(pk, act, k, t0, res),
+                (true, true) => vnni::tile_wide::<TN, true>(pk, act, k, t0, res),
+                (false, true) => vnni::tile_wide::<TN, false>(pk, act, k, t0, res),
             }
         };
         return;
     }
+    let _ = wide;
     reference_tile::<TN>(ty, pk, act, k, t0, res)
 }
 
@@ -245,11 +256,14 @@ mod vnni {
         let mut acc = [[_mm256_setzero_ps(); TN]; RM];
         let mut msum = [_mm_setzero_ps(); RM];
         for b in 0..nb {
-            let wv: [__m256i; RM] = std::array::from_fn(|r| {
-                _mm256_loadu_si256(pk.q.as_ptr().add(r * k + b * 32) as *const __m256i)
-            });
-            // broadcast, then multiply: the same bits as ggml's set1(d_w) * set1(d_x)
-            let dw: [__m256; RM] = std::array::from_fn(|r| _mm256_set1_ps(pk.dw[(r * nb + b) * 8]));
+            // plain loops: closures (as in array::from_fn) do not inherit target features, so
+            // the intrinsics inside them would become calls
+            let mut wv = [_mm256_setzero_si256(); RM];
+            let mut dw = [_mm256_setzero_ps(); RM];
+            for r in 0..RM {
+                wv[r] = _mm256_loadu_si256(pk.q.as_ptr().add(r * k + b * 32) as *const __m256i);
+                dw[r] = _mm256_set1_ps(pk.dw[(r * nb + b) * 8]);
+            }
             for j in 0..TN {
                 let tb = (t0 + j) * nb + b;
                 let x = _mm256_loadu_si256(act.qs.as_ptr().add(tb * 32) as *const __m256i);
@@ -292,6 +306,75 @@ mod vnni {
             }
         }
     }
+
+    /// Two blocks per 512-bit step: lanes 0-7 carry block b, lanes 8-15 block b + 1, with the
+    /// scale pair [d_b x8, d_b+1 x8] loaded as one vector (`Packed::dw` keeps 8 copies per
+    /// block for this). Half the instructions of `tile` per multiply-add; even and odd blocks
+    /// accumulate apart, so the sum's order differs from ggml's.
+    #[target_feature(enable = "avx512f,avx512bw,avx512vnni,avx512vl,avx2,fma,f16c")]
+    pub unsafe fn tile_wide<const TN: usize, const SIGNED_W: bool>(
+        pk: &Packed,
+        act: &Q8_1Act,
+        k: usize,
+        t0: usize,
+        res: &mut [[f32; RN]; RM],
+    ) {
+        let nb = k / 32;
+        let flip = _mm512_set1_epi8(-128);
+        let mut acc = [[_mm512_setzero_ps(); TN]; RM];
+        let mut msum = [_mm_setzero_ps(); RM];
+        for b in (0..nb).step_by(2) {
+            let mut wv = [_mm512_setzero_si512(); RM];
+            let mut dw = [_mm512_setzero_ps(); RM];
+            for r in 0..RM {
+                wv[r] = _mm512_loadu_si512(pk.q.as_ptr().add(r * k + b * 32) as *const _);
+                dw[r] = _mm512_loadu_ps(pk.dw.as_ptr().add((r * nb + b) * 8));
+            }
+            for j in 0..TN {
+                let tb = (t0 + j) * nb + b;
+                let x = _mm512_loadu_si512(act.qs.as_ptr().add(tb * 32) as *const _);
+                let dx = _mm512_mask_blend_ps(
+                    0xFF00,
+                    _mm512_set1_ps(act.d[tb]),
+                    _mm512_set1_ps(act.d[tb + 1]),
+                );
+                for r in 0..RM {
+                    let prod = if SIGNED_W {
+                        let bias =
+                            _mm512_loadu_si512(pk.bias.as_ptr().add(r * k / 4 + b * 8) as *const _);
+                        _mm512_dpbusd_epi32(bias, _mm512_xor_si512(x, flip), wv[r])
+                    } else {
+                        _mm512_dpbusd_epi32(_mm512_setzero_si512(), wv[r], x)
+                    };
+                    acc[r][j] = _mm512_fmadd_ps(
+                        _mm512_mul_ps(dw[r], dx),
+                        _mm512_cvtepi32_ps(prod),
+                        acc[r][j],
+                    );
+                }
+            }
+            if !SIGNED_W {
+                for bb in b..b + 2 {
+                    let mut sv = [0f32; 4];
+                    for (j, v) in sv.iter_mut().enumerate().take(TN) {
+                        *v = act.s[(t0 + j) * nb + bb];
+                    }
+                    let sv = _mm_loadu_ps(sv.as_ptr());
+                    for r in 0..RM {
+                        msum[r] =
+                            _mm_add_ps(msum[r], _mm_mul_ps(_mm_set1_ps(pk.mins[r * nb + bb]), sv));
+                    }
+                }
+            }
+        }
+        for r in 0..RM {
+            let mut m = [0f32; 4];
+            _mm_storeu_ps(m.as_mut_ptr(), msum[r]);
+            for j in 0..TN {
+                res[r][j] = _mm512_reduce_add_ps(acc[r][j]) + m[j];
+            }
+        }
+    }
 }
 
 #[cfg(test)]
@@ -314,7 +397,13 @@ mod tests {
             (GgmlType::Q8_0, dot_q8_0),
         ];
         for (ty, dot) in dots {
-            for (n, k, t) in [(4, 64, 4), (7, 576, 5), (9, 1536, 3), (1, 128, 1)] {
+            for (n, k, t) in [
+                (4, 64, 4),
+                (7, 576, 5),
+                (9, 1536, 3),
+                (1, 128, 1),
+                (5, 576, 70),
+            ] {
                 let wf = super::super::test_data(n * k, (n * k) as u64);
                 let rb = ty.row_bytes(k as u64).unwrap() as usize;
                 let mut bytes = vec![0u8; rb * n];
@@ -338,7 +427,7 @@ mod tests {
                     for r in 0..n {
                         let want = dot(w.row(r), &a);
                         let got = y[i * n + r];
-                        if has_vnni() {
+                        if has_vnni() && t < WIDE_FROM {
                             // same order of operations as the row kernel: the same bits
                             assert_eq!(
                                 got.to_bits(),
