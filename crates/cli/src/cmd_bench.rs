@@ -99,10 +99,14 @@ pub fn run(a: Args) -> Result<()> {
         if a.n_gen > 0 {
             state.reset();
             let mut id = prompt.first().copied().unwrap_or(1);
+            let mut pool = tinynn::pool::Adaptive::new();
             let t = Instant::now();
             for _ in 0..a.n_gen {
-                let logits = model.forward(&mut state, &[id], Logits::Last)?;
-                id = toy::infer::sampler::argmax(logits);
+                id = pool.run(|| {
+                    model
+                        .forward(&mut state, &[id], Logits::Last)
+                        .map(toy::infer::sampler::argmax)
+                })?;
             }
             if rep > 0 {
                 tg.push(a.n_gen as f64 / t.elapsed().as_secs_f64());

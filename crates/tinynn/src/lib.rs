@@ -2,4 +2,5 @@
 //! norms), and the ggml weight types. It knows nothing of language models.
 
 pub mod kernels;
+pub mod pool;
 pub mod quant;

@@ -131,6 +131,8 @@ pub fn generate(
         emitted: 0,
     };
     let mut tokens = Vec::new();
+    // decode steps drop to one thread while another process holds a core
+    let mut pool = tinynn::pool::Adaptive::new();
     let mut finish = FinishReason::Length;
     while tokens.len() < opts.max_tokens {
         let id = sampler.sample(&logits);
@@ -151,7 +153,11 @@ pub fn generate(
         if tokens.len() >= opts.max_tokens || state.pos() >= ctx {
             break;
         }
-        logits.copy_from_slice(model.forward(state, &[id], Logits::Last)?);
+        pool.run(|| {
+            model
+                .forward(state, &[id], Logits::Last)
+                .map(|l| logits.copy_from_slice(l))
+        })?;
     }
     if finish == FinishReason::Length {
         let (shown, _) = filter.push(&dec.finish());
