@@ -60,11 +60,15 @@ impl Adaptive {
             (Some(one), 1) => one.install(f),
             _ => f(),
         };
-        let dt = t.elapsed().as_secs_f64();
+        self.record(mode, t.elapsed().as_secs_f64());
+        r
+    }
+
+    /// Account a run of `mode` that took `dt` seconds.
+    fn record(&mut self, mode: usize, dt: f64) {
         let e = &mut self.ema[mode];
         *e = if *e == 0.0 { dt } else { 0.75 * *e + 0.25 * dt };
         self.runs += 1;
-        r
     }
 
     /// Whether one thread is the faster mode at present.
@@ -85,27 +89,37 @@ mod tests {
             .unwrap();
         pool.install(|| {
             let mut a = Adaptive::new();
-            // make the pool mode look slow: sleep when not on the single-thread pool
+            // simulated timings: the pool takes 2 ms a run, one thread 1 ms
             let mut modes = Vec::new();
-            for _ in 0..40 {
-                let on_single = a.run(|| {
-                    let single = rayon::current_num_threads() == 1;
-                    if !single {
-                        std::thread::sleep(std::time::Duration::from_millis(2));
-                    }
-                    single
-                });
-                modes.push(on_single);
+            for _ in 0..64 {
+                let m = a.mode();
+                modes.push(m);
+                a.record(m, if m == 0 { 2e-3 } else { 1e-3 });
             }
-            assert!(a.prefers_one_thread());
-            let singles = modes[8..].iter().filter(|m| **m).count();
             assert!(
-                singles >= 28,
-                "mostly one thread once it is known faster: {modes:?}"
+                modes[..4].iter().all(|m| *m == 0),
+                "starts on the pool: {modes:?}"
             );
-            assert!(modes[8..].iter().any(|m| !m), "still probes the pool");
-            let r = a.run(|| 7);
-            assert_eq!(r, 7);
+            assert_eq!(modes[4], 1, "then measures one thread");
+            assert!(a.prefers_one_thread());
+            let pool_runs: Vec<usize> = (5..64).filter(|&i| modes[i] == 0).collect();
+            assert_eq!(pool_runs, vec![16, 32, 48], "probes the pool every 16 runs");
+            // when the pool becomes faster again, it goes back to it
+            for _ in 0..64 {
+                let m = a.mode();
+                a.record(m, if m == 0 { 5e-4 } else { 1e-3 });
+            }
+            assert!(!a.prefers_one_thread());
+            // run executes the job, on one thread when that mode is chosen
+            let mut one = Adaptive::new();
+            for _ in 0..4 {
+                assert_eq!(one.run(rayon::current_num_threads), 2);
+            }
+            assert_eq!(
+                one.run(rayon::current_num_threads),
+                1,
+                "the fifth run measures one thread"
+            );
         });
         assert!(!Adaptive::new().prefers_one_thread());
     }

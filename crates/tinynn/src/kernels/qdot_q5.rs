@@ -20,14 +20,15 @@ const Q5_1_BYTES: usize = 24;
 /// A block's 32 unsigned 5-bit values from its 16 nibble bytes `qs` and fifth bits `qh`.
 #[inline(always)]
 pub(crate) fn q5_values(qs: &[u8], qh: u32) -> [u8; 32] {
-    std::array::from_fn(|e| {
-        let nib = if e < 16 {
-            qs[e] & 0x0F
-        } else {
-            qs[e - 16] >> 4
-        };
-        nib | (((qh >> e) & 1) as u8) << 4
-    })
+    // two straight loops over fixed arrays (the compiler vectorises them; prefill packs every
+    // block of every matrix through here)
+    let qs: &[u8; 16] = qs[..16].try_into().expect("16 bytes of nibbles");
+    let mut v = [0u8; 32];
+    for e in 0..16 {
+        v[e] = (qs[e] & 0x0F) | ((((qh >> e) & 1) as u8) << 4);
+        v[e + 16] = (qs[e] >> 4) | ((((qh >> (e + 16)) & 1) as u8) << 4);
+    }
+    v
 }
 
 fn f16_at(p: &[u8], i: usize) -> f32 {

@@ -86,14 +86,23 @@ fn decode_block(ty: GgmlType, blk: &[u8]) -> ([u8; 32], f32) {
     let qh = |at: usize| u32::from_le_bytes([blk[at], blk[at + 1], blk[at + 2], blk[at + 3]]);
     // with no fifth bits, q5_values gives the plain nibbles
     match ty {
-        Q4_0 => (q5_values(&blk[2..18], 0).map(|v| v.wrapping_sub(8)), 0.0),
+        Q4_0 => {
+            let mut v = q5_values(&blk[2..18], 0);
+            v.iter_mut().for_each(|b| *b = b.wrapping_sub(8));
+            (v, 0.0)
+        }
         Q4_1 => (q5_values(&blk[4..20], 0), f16_at(blk, 2)),
-        Q5_0 => (
-            q5_values(&blk[6..22], qh(2)).map(|v| v.wrapping_sub(16)),
-            0.0,
-        ),
+        Q5_0 => {
+            let mut v = q5_values(&blk[6..22], qh(2));
+            v.iter_mut().for_each(|b| *b = b.wrapping_sub(16));
+            (v, 0.0)
+        }
         Q5_1 => (q5_values(&blk[8..24], qh(4)), f16_at(blk, 2)),
-        _ => (std::array::from_fn(|e| blk[2 + e]), 0.0),
+        _ => {
+            let mut v = [0u8; 32];
+            v.copy_from_slice(&blk[2..34]);
+            (v, 0.0)
+        }
     }
 }
 
