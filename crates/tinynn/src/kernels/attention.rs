@@ -37,28 +37,44 @@ pub fn causal_attention(
     let (h, d) = (s.n_head, s.head_dim);
     let group = h / s.n_kv_head;
     let scale = 1.0 / (d as f32).sqrt();
-    out.par_chunks_mut(d).enumerate().for_each(|(i, o)| {
-        let (t, head) = (i / h, i % h);
-        let n = pos0 + t + 1;
-        let qv = &q[i * d..(i + 1) * d];
-        let base = (head / group) * s.ctx * d;
-        let (k, v) = (&k[base..base + n * d], &v[base..base + n * d]);
-        #[cfg(target_arch = "x86_64")]
-        if d % 16 == 0 && d <= 256 && super::dot::simd_level() == super::dot::SimdLevel::Avx512 {
-            // SAFETY: AVX-512 (with F16C) was detected; k and v hold n rows of D.
-            unsafe {
-                if s.f16_accumulate {
-                    online_avx512::<true>(qv, k, v, scale, o)
-                } else if is_x86_feature_detected!("avx512dq") {
-                    blocked_avx512(qv, k, v, scale, o)
-                } else {
-                    online_avx512::<false>(qv, k, v, scale, o)
-                }
-            };
-            return;
-        }
-        online_portable(qv, k, v, scale, s.f16_accumulate, o);
-    });
+    // one task per token and KV head: the heads of a group are adjacent in (T, H, D)
+    out.par_chunks_mut(group * d)
+        .enumerate()
+        .for_each(|(i, og)| {
+            let (t, kv) = (i / s.n_kv_head, i % s.n_kv_head);
+            let n = pos0 + t + 1;
+            let base = kv * s.ctx * d;
+            let (k, v) = (&k[base..base + n * d], &v[base..base + n * d]);
+            let qg = &q[i * group * d..(i + 1) * group * d];
+            #[cfg(target_arch = "x86_64")]
+            if d % 16 == 0 && d <= 256 && super::dot::simd_level() == super::dot::SimdLevel::Avx512
+            {
+                // SAFETY: AVX-512 (with F16C) was detected; k and v hold n rows of D.
+                unsafe {
+                    if !s.f16_accumulate
+                        && d <= 64
+                        && group <= 4
+                        && is_x86_feature_detected!("avx512dq")
+                    {
+                        blocked_group_avx512(qg, k, v, scale, d, og);
+                        return;
+                    }
+                    for (qv, o) in qg.chunks_exact(d).zip(og.chunks_exact_mut(d)) {
+                        if s.f16_accumulate {
+                            online_avx512::<true>(qv, k, v, scale, o)
+                        } else if is_x86_feature_detected!("avx512dq") {
+                            blocked_avx512(qv, k, v, scale, o)
+                        } else {
+                            online_avx512::<false>(qv, k, v, scale, o)
+                        }
+                    }
+                };
+                return;
+            }
+            for (qv, o) in qg.chunks_exact(d).zip(og.chunks_exact_mut(d)) {
+                online_portable(qv, k, v, scale, s.f16_accumulate, o);
+            }
+        });
 }
 
 thread_local! {
@@ -263,6 +279,89 @@ unsafe fn blocked_avx512(q: &[f32], k: &[f16], v: &[f16], scale: f32, o: &mut [f
     let inv = _mm512_set1_ps(1.0 / sum);
     for i in 0..nv {
         _mm512_storeu_ps(o.as_mut_ptr().add(16 * i), _mm512_mul_ps(acc[i], inv));
+    }
+}
+
+/// `blocked_avx512` for all G (at most 4) query heads of one KV head at once (D at most 64):
+/// the same arithmetic per head, with each cached value row loaded once for the group.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f,avx512dq,fma,f16c")]
+unsafe fn blocked_group_avx512(
+    q: &[f32],
+    k: &[f16],
+    v: &[f16],
+    scale: f32,
+    d: usize,
+    o: &mut [f32],
+) {
+    use std::arch::x86_64::*;
+    let (g, nv) = (q.len() / d, d / 16);
+    let n = k.len() / d;
+    assert!(g <= 4 && nv <= 4 && o.len() >= g * d && v.len() >= n * d);
+    let mut qv = [[_mm512_setzero_ps(); 4]; 4];
+    let mut acc = [[_mm512_setzero_ps(); 4]; 4];
+    for h in 0..g {
+        for i in 0..nv {
+            qv[h][i] = _mm512_loadu_ps(q.as_ptr().add(h * d + 16 * i));
+        }
+    }
+    let (mut m, mut sum) = ([f32::NEG_INFINITY; 4], [0f32; 4]);
+    let mut sc = [[f32::NEG_INFINITY; 16]; 4];
+    for p0 in (0..n).step_by(16) {
+        let len = 16.min(n - p0);
+        for j in 0..16 {
+            if j >= len {
+                for row in sc.iter_mut().take(g) {
+                    row[j] = f32::NEG_INFINITY;
+                }
+                continue;
+            }
+            // the score of the one-head kernel, bit for bit (the row comes from L1 again)
+            let kp = k.as_ptr().add((p0 + j) * d);
+            for h in 0..g {
+                sc[h][j] = dot_f16_order(&qv[h][..nv], kp) * scale;
+            }
+        }
+        let mut w = [[0f32; 16]; 4];
+        for h in 0..g {
+            let scv = _mm512_loadu_ps(sc[h].as_ptr());
+            let bm = _mm512_reduce_max_ps(scv);
+            if bm > m[h] {
+                let ms = (m[h] - bm).exp();
+                m[h] = bm;
+                for a in acc[h].iter_mut().take(nv) {
+                    *a = _mm512_mul_ps(*a, _mm512_set1_ps(ms));
+                }
+                sum[h] *= ms;
+            }
+            _mm512_storeu_ps(
+                w[h].as_mut_ptr(),
+                crate::kernels::act::expf16(_mm512_sub_ps(scv, _mm512_set1_ps(m[h]))),
+            );
+        }
+        for j in 0..len {
+            let vp = v.as_ptr().add((p0 + j) * d);
+            let mut vr = [_mm512_setzero_ps(); 4];
+            for i in 0..nv {
+                vr[i] = load16(vp.add(16 * i));
+            }
+            for h in 0..g {
+                let wv = _mm512_set1_ps(w[h][j]);
+                for i in 0..nv {
+                    acc[h][i] = _mm512_fmadd_ps(vr[i], wv, acc[h][i]);
+                }
+                sum[h] += w[h][j];
+            }
+        }
+    }
+    for h in 0..g {
+        let inv = _mm512_set1_ps(1.0 / sum[h]);
+        for i in 0..nv {
+            _mm512_storeu_ps(
+                o.as_mut_ptr().add(h * d + 16 * i),
+                _mm512_mul_ps(acc[h][i], inv),
+            );
+        }
     }
 }
 
