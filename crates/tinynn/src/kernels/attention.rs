@@ -453,4 +453,43 @@ mod tests {
             }
         }
     }
+
+    /// The long-batch kernels: blocks of 16 positions with one vector exp, and the same for a
+    /// GQA group of heads at once, which must give each head the bits it gets alone.
+    #[cfg(target_arch = "x86_64")]
+    #[test]
+    fn blocked_kernels_match_plain_softmax_and_group_equals_alone() {
+        if super::super::dot::simd_level() != super::super::dot::SimdLevel::Avx512
+            || !is_x86_feature_detected!("avx512dq")
+        {
+            eprintln!("no AVX-512 DQ here: the blocked kernels are not used on this CPU");
+            return;
+        }
+        for (d, n) in [(64, 37), (32, 100), (16, 3)] {
+            let k = halves(&super::super::test_data(n * d, 1));
+            let v = halves(&super::super::test_data(n * d, 2));
+            let q: Vec<f32> = super::super::test_data(3 * d, 3)
+                .iter()
+                .map(|x| x * 3.0)
+                .collect();
+            let mut o3 = vec![0f32; 3 * d];
+            // SAFETY: AVX-512 F/DQ detected; k and v hold n rows of d; three heads of d.
+            unsafe { blocked_group_avx512(&q, &k, &v, 0.125, d, &mut o3) };
+            for (h, qh) in q.chunks_exact(d).enumerate() {
+                let want = naive(qh, &k, &v, d, 0.125);
+                let mut one = vec![0f32; d];
+                // SAFETY: as above.
+                unsafe { blocked_avx512(qh, &k, &v, 0.125, &mut one) };
+                assert!(
+                    one.iter().zip(&want).all(|(x, y)| (x - y).abs() < 1e-5),
+                    "d={d} head {h}: {one:?} vs {want:?}"
+                );
+                assert_eq!(
+                    &o3[h * d..(h + 1) * d],
+                    &one[..],
+                    "d={d} head {h}: grouped differs from alone"
+                );
+            }
+        }
+    }
 }
