@@ -29,6 +29,18 @@ mod rowdot;
 
 pub use qmatmul::QMat;
 
+/// An (n, k) matrix of `test_data` quantized row by row to `ty`, as bytes.
+#[cfg(test)]
+pub(crate) fn test_matrix(ty: crate::quant::GgmlType, n: usize, k: usize, seed: u64) -> Vec<u8> {
+    let wf = test_data(n * k, seed);
+    let rb = ty.row_bytes(k as u64).expect("whole blocks") as usize;
+    let mut bytes = vec![0u8; rb * n];
+    for (src, dst) in wf.chunks_exact(k).zip(bytes.chunks_exact_mut(rb)) {
+        crate::quant::quantize(ty, src, dst).expect("quantizable type");
+    }
+    bytes
+}
+
 /// Deterministic values in [-1, 1) for kernel tests (xorshift64, no rand crate).
 #[cfg(test)]
 pub(crate) fn test_data(n: usize, seed: u64) -> Vec<f32> {

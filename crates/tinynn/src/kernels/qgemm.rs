@@ -389,7 +389,6 @@ mod vnni {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::quant::quantize;
 
     #[test]
     fn vnni_tiles_match_row_kernels() {
@@ -413,17 +412,7 @@ mod tests {
                 (1, 128, 1),
                 (5, 576, 70),
             ] {
-                let wf = super::super::test_data(n * k, (n * k) as u64);
-                let rb = ty.row_bytes(k as u64).unwrap() as usize;
-                let mut bytes = vec![0u8; rb * n];
-                for r in 0..n {
-                    quantize(
-                        ty,
-                        &wf[r * k..(r + 1) * k],
-                        &mut bytes[r * rb..(r + 1) * rb],
-                    )
-                    .unwrap();
-                }
+                let bytes = super::super::test_matrix(ty, n, k, (n * k) as u64);
                 let w = QMat::new(ty, n, k, &bytes).unwrap();
                 let x = super::super::test_data(t * k, 99);
                 let mut act = Q8_1Act::default();
@@ -461,17 +450,7 @@ mod tests {
         use crate::kernels::qmatmul::{matmul, matvec};
         let (n, k, t) = (37, 576, 6);
         for ty in [GgmlType::Q4_0, GgmlType::Q5_0, GgmlType::Q5_1] {
-            let wf = super::super::test_data(n * k, 21);
-            let rb = ty.row_bytes(k as u64).unwrap() as usize;
-            let mut bytes = vec![0u8; rb * n];
-            for r in 0..n {
-                quantize(
-                    ty,
-                    &wf[r * k..(r + 1) * k],
-                    &mut bytes[r * rb..(r + 1) * rb],
-                )
-                .unwrap();
-            }
+            let bytes = super::super::test_matrix(ty, n, k, 21);
             let w = QMat::new(ty, n, k, &bytes).unwrap();
             let x = super::super::test_data(t * k, 22);
             let mut y = vec![0f32; t * n];

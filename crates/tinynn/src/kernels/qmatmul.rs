@@ -180,22 +180,11 @@ pub fn matmul_ref(w: &QMat, x: &[f32], t: usize) -> Vec<f32> {
 mod tests {
     use super::*;
     use crate::kernels::qdot::has_fast_q4_1;
-    use crate::quant::quantize;
 
     use super::super::test_data as data;
 
     fn check(ty: GgmlType, n: usize, k: usize, t: usize) {
-        let wf = data(n * k, 1);
-        let rb = ty.row_bytes(k as u64).unwrap() as usize;
-        let mut bytes = vec![0u8; rb * n];
-        for r in 0..n {
-            quantize(
-                ty,
-                &wf[r * k..(r + 1) * k],
-                &mut bytes[r * rb..(r + 1) * rb],
-            )
-            .unwrap();
-        }
+        let bytes = super::super::test_matrix(ty, n, k, 1);
         let w = QMat::new(ty, n, k, &bytes).unwrap();
         let x = data(t * k, 2);
         let mut y = vec![0f32; t * n];
@@ -270,18 +259,9 @@ mod tests {
         ];
         for (ty, k) in cases {
             for t in [1, 5] {
-                let mats: Vec<Vec<u8>> = [96, 33]
+                let mats: Vec<Vec<u8>> = [96usize, 33]
                     .iter()
-                    .map(|&n| {
-                        let wf = data(n * k, n as u64);
-                        let rb = ty.row_bytes(k as u64).unwrap() as usize;
-                        let mut b = vec![0u8; rb * n];
-                        for r in 0..n {
-                            quantize(ty, &wf[r * k..(r + 1) * k], &mut b[r * rb..(r + 1) * rb])
-                                .unwrap();
-                        }
-                        b
-                    })
+                    .map(|&n| super::super::test_matrix(ty, n, k, n as u64))
                     .collect();
                 let ws = [
                     QMat::new(ty, 96, k, &mats[0]).unwrap(),
