@@ -24,6 +24,8 @@ pub mod qdot_q5;
 #[allow(clippy::needless_range_loop)]
 pub mod qgemm;
 pub mod qmatmul;
+#[allow(clippy::needless_range_loop)]
+pub mod repack;
 pub mod rope;
 mod rowdot;
 

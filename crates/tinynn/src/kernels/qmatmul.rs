@@ -11,7 +11,8 @@
 use super::act_quant::{block_mins, has_min_term, q8_1_sum_corrections, round_for};
 use super::fallback::{matmul_f32, matvec_f32};
 use super::qgemm;
-use super::rowdot::{int8_many, matvec_int8, RowDot};
+use super::repack::PackedQ4_0;
+use super::rowdot::{int8_many, matvec_int8, packed_many, RowDot};
 use crate::quant::{can_dequantize, dequantize, GgmlType};
 
 /// A borrowed weight matrix: `rows` (N) rows of `cols` (K) elements in type `ty`.
@@ -21,6 +22,8 @@ pub struct QMat<'a> {
     pub rows: usize,
     pub cols: usize,
     pub data: &'a [u8],
+    /// The same weights repacked for the interleaved-row kernel (Q4_0), when the owner made it.
+    pub packed: Option<&'a PackedQ4_0>,
 }
 
 /// Why a byte slice cannot be used as a weight matrix.
@@ -63,6 +66,7 @@ impl<'a> QMat<'a> {
             rows,
             cols,
             data,
+            packed: None,
         })
     }
 
@@ -87,6 +91,9 @@ impl<'a> QMat<'a> {
 pub fn matvec(w: &QMat, x: &[f32], y: &mut [f32]) {
     assert_eq!(x.len(), w.cols, "matvec input width");
     assert_eq!(y.len(), w.rows, "matvec output height");
+    if w.packed.is_some() {
+        return packed_many(&[*w], x, 1, &mut [y]);
+    }
     if let Some(dot) = RowDot::for_matrix(w) {
         return matvec_int8(w, x, y, dot);
     }
@@ -100,6 +107,9 @@ pub fn matmul(w: &QMat, x: &[f32], t: usize, y: &mut [f32]) {
     assert_eq!(y.len(), t * n, "matmul output is (T, N)");
     if t == 1 {
         return matvec(w, x, y);
+    }
+    if w.packed.is_some() {
+        return packed_many(&[*w], x, t, &mut [y]);
     }
     if qgemm::supports(w.ty, k) {
         return matmul_int8(w, x, t, y);
@@ -119,6 +129,9 @@ pub fn matmul_many(ws: &[QMat], x: &[f32], t: usize, ys: &mut [&mut [f32]]) {
         assert_eq!(x.len(), t * w.cols, "matmul input is (T, K)");
         assert_eq!(y.len(), t * w.rows, "matmul output is (T, N)");
     }
+    if ws.iter().all(|w| w.packed.is_some()) {
+        return packed_many(ws, x, t, ys);
+    }
     if t == 1 {
         if let Some(dots) = ws
             .iter()
@@ -137,6 +150,10 @@ pub fn matmul_many(ws: &[QMat], x: &[f32], t: usize, ys: &mut [&mut [f32]]) {
 
 /// The kernels `matvec` and `matmul` choose for `w` on this CPU: (decode, prefill).
 pub fn kernel_names(w: &QMat) -> (&'static str, &'static str) {
+    if w.ty == GgmlType::Q4_0 && w.cols.is_multiple_of(32) && super::repack::has_packed_kernel() {
+        let k = "int8, 16 interleaved rows (AVX-512 VNNI)";
+        return (k, k);
+    }
     let decode = if RowDot::for_matrix(w).is_some() {
         "int8 row dot (AVX2)"
     } else {
@@ -233,6 +250,7 @@ mod tests {
             rows: 0,
             cols,
             data: &[],
+            packed: None,
         };
         let fast = has_fast_q4_1();
         assert_eq!(RowDot::for_matrix(&w(GgmlType::Q4_K, 512)).is_some(), fast);

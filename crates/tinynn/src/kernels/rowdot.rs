@@ -124,3 +124,35 @@ pub(super) fn int8_many(ws: &[QMat], x: &[f32], t: usize, ys: &mut [&mut [f32]],
         });
     })
 }
+
+thread_local! {
+    static XSUM: RefCell<Vec<i32>> = const { RefCell::new(Vec::new()) };
+}
+
+/// Products on repacked Q4_0 weights (every `ws[i].packed` is set): X quantized once, each
+/// block's sum taken once, one parallel loop over groups of 16 rows of every matrix.
+pub(super) fn packed_many(ws: &[QMat], x: &[f32], t: usize, ys: &mut [&mut [f32]]) {
+    with_acts(x, &[], true, |acts| {
+        XSUM.with(|xs| {
+            let mut xs = xs.borrow_mut();
+            super::repack::block_sums(&acts.q8_1, &mut xs);
+            let xs = &*xs;
+            let outs: Vec<OutPtr> = ys.iter_mut().map(|y| OutPtr(y.as_mut_ptr())).collect();
+            let tasks: Vec<(usize, usize)> = ws
+                .iter()
+                .enumerate()
+                .flat_map(|(i, w)| {
+                    let groups = w.packed.map_or(0, |p| p.groups());
+                    (0..groups).step_by(2).map(move |g| (i, g))
+                })
+                .collect();
+            tasks.into_par_iter().for_each(|(i, g0)| {
+                let Some(p) = ws[i].packed else { return };
+                let g1 = (g0 + 2).min(p.groups());
+                // SAFETY: the packed kernel exists on this CPU (packs are only made then); this
+                // task alone writes the rows of groups g0..g1 of output i (T, N_i).
+                unsafe { p.gemm_groups(g0, g1, &acts.q8_1, xs, t, outs[i].at(0), ws[i].rows) };
+            });
+        })
+    })
+}

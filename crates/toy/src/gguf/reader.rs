@@ -108,6 +108,25 @@ impl GgufFile {
     }
 
     /// The whole file.
+    /// Tell the OS the bytes in `range` will not be read soon (their content lives on in a
+    /// repacked copy), so their pages may leave memory. A later read faults them back in from
+    /// the file; in-memory files ignore this.
+    pub fn release(&self, range: std::ops::Range<usize>) {
+        if let Backing::Mmap(m) = &self.backing {
+            if range.end <= m.len() {
+                // SAFETY: the map is read-only and backed by the file, so MADV_DONTNEED only
+                // drops pages; any later read sees the file's bytes again, unchanged.
+                let _ = unsafe {
+                    m.unchecked_advise_range(
+                        memmap2::UncheckedAdvice::DontNeed,
+                        range.start,
+                        range.len(),
+                    )
+                };
+            }
+        }
+    }
+
     pub fn bytes(&self) -> &[u8] {
         match &self.backing {
             Backing::Mmap(m) => m,

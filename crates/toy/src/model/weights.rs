@@ -5,6 +5,8 @@
 use super::ModelError;
 use crate::gguf::GgufFile;
 use std::ops::Range;
+use std::sync::Arc;
+use tinynn::kernels::repack::PackedQ4_0;
 use tinynn::kernels::QMat;
 use tinynn::quant::{can_dequantize, dequantize};
 
@@ -16,6 +18,9 @@ pub struct Weight {
     pub rows: usize,
     pub cols: usize,
     range: Range<usize>,
+    /// Q4_0 weights repacked for the interleaved-row kernel, where the CPU has it (shared by
+    /// clones, e.g. a tied head).
+    packed: Option<Arc<PackedQ4_0>>,
 }
 
 fn byte_range(f: &GgufFile, data: &[u8]) -> Range<usize> {
@@ -45,26 +50,34 @@ impl Weight {
             });
         }
         let data = f.tensor_data(t);
-        QMat::new(t.ty, rows, cols, data).map_err(|source| ModelError::Weight {
+        let q = QMat::new(t.ty, rows, cols, data).map_err(|source| ModelError::Weight {
             name: name.into(),
             source,
         })?;
+        let packed = PackedQ4_0::new(&q).map(Arc::new);
+        let range = byte_range(f, data);
+        if packed.is_some() && !name.starts_with("token_embd") {
+            // the kernels read the repacked copy; the embedding table is still read by rows
+            f.release(range.clone());
+        }
         Ok(Self {
             name: name.into(),
             ty: t.ty,
             rows,
             cols,
-            range: byte_range(f, data),
+            range,
+            packed,
         })
     }
 
     /// The kernel's view of this matrix inside `file` (the bytes it was loaded from).
-    pub fn qmat<'a>(&self, file: &'a [u8]) -> QMat<'a> {
+    pub fn qmat<'a>(&'a self, file: &'a [u8]) -> QMat<'a> {
         QMat {
             ty: self.ty,
             rows: self.rows,
             cols: self.cols,
             data: &file[self.range.clone()],
+            packed: self.packed.as_deref(),
         }
     }
 }

@@ -1,0 +1,232 @@
+//! Q4_0 weights repacked at load for an output-stationary AVX-512 VNNI kernel, in the manner
+//! of ggml's interleaved `q4_0_8x8` layout: the 16 lanes of a vector are 16 weight rows, so one
+//! `vpdpbusd` multiplies 4 weights of each of 16 rows by the same 4 broadcast activations, and
+//! a block's scales, its conversion to f32 and its multiply-add are paid once per 16 rows
+//! instead of once per row. The same kernel serves decode (one token) and prefill (a tile of
+//! up to 4 tokens), so a batch gives the bits of token-by-token decoding.
+//!
+//! Layout, per group of 16 rows (a short last group is padded with zero rows) and per 32-block:
+//! the 16 row scales as f32 (64 bytes), then for c in 0..4 the bytes 4c..4c+4 of each row's 16
+//! nibble bytes (4 x 64 bytes): low nibbles are elements 4c..4c+4, high ones 16+4c..16+4c+4.
+
+use super::qdot::Q8_1Act;
+use super::QMat;
+use crate::quant::GgmlType;
+
+/// Rows per group (the lanes of a 512-bit vector of i32).
+const G: usize = 16;
+/// Bytes per group and block: 16 f32 scales and 4 x 64 nibble bytes.
+const GB: usize = 64 + 256;
+/// Tokens per tile in prefill.
+const TT: usize = 4;
+
+#[derive(Debug)]
+pub struct PackedQ4_0 {
+    pub rows: usize,
+    pub cols: usize,
+    data: Vec<u8>,
+}
+
+/// Whether this CPU runs the packed kernel.
+pub fn has_packed_kernel() -> bool {
+    super::qgemm::has_vnni()
+}
+
+impl PackedQ4_0 {
+    /// Repack `w` when it is Q4_0 with whole 32-blocks and this CPU has the kernel.
+    pub fn new(w: &QMat) -> Option<Self> {
+        if w.ty != GgmlType::Q4_0 || !w.cols.is_multiple_of(32) || !has_packed_kernel() {
+            return None;
+        }
+        let (nb, groups) = (w.cols / 32, w.rows.div_ceil(G));
+        let mut data = vec![0u8; groups * nb * GB];
+        for r in 0..w.rows {
+            let (g, lane) = (r / G, r % G);
+            let row = w.row(r);
+            for b in 0..nb {
+                let blk = &row[b * 18..(b + 1) * 18];
+                let at = (g * nb + b) * GB;
+                let d = half::f16::from_le_bytes([blk[0], blk[1]]).to_f32();
+                data[at + 4 * lane..at + 4 * lane + 4].copy_from_slice(&d.to_le_bytes());
+                for c in 0..4 {
+                    let o = at + 64 + c * 64 + 4 * lane;
+                    data[o..o + 4].copy_from_slice(&blk[2 + 4 * c..2 + 4 * c + 4]);
+                }
+            }
+        }
+        Some(Self {
+            rows: w.rows,
+            cols: w.cols,
+            data,
+        })
+    }
+
+    pub fn groups(&self) -> usize {
+        self.rows.div_ceil(G)
+    }
+
+    /// Rows of groups g0..g1 for all T tokens: out[t * ldo + r]. `act` holds X as Q8_1
+    /// blocks (T * K/32; its values and scales serve as Q8_0's), `xsum` each block's sum of
+    /// values (T * K/32).
+    ///
+    /// # Safety
+    /// The CPU must have the kernel (`has_packed_kernel`); `out` must be valid for writes at
+    /// `t * ldo + r` for t < T and the rows of these groups, and owned by the caller.
+    #[allow(clippy::too_many_arguments)]
+    pub unsafe fn gemm_groups(
+        &self,
+        g0: usize,
+        g1: usize,
+        act: &Q8_1Act,
+        xsum: &[i32],
+        t: usize,
+        out: *mut f32,
+        ldo: usize,
+    ) {
+        #[cfg(target_arch = "x86_64")]
+        for g in g0..g1 {
+            let mut t0 = 0;
+            while t0 < t {
+                let tn = (t - t0).min(TT);
+                let mut res = [[0f32; G]; TT];
+                match tn {
+                    4 => vnni::group::<4>(self, g, act, xsum, t0, &mut res),
+                    3 => vnni::group::<3>(self, g, act, xsum, t0, &mut res),
+                    2 => vnni::group::<2>(self, g, act, xsum, t0, &mut res),
+                    _ => vnni::group::<1>(self, g, act, xsum, t0, &mut res),
+                }
+                let rows = G.min(self.rows - g * G);
+                for (j, rj) in res.iter().enumerate().take(tn) {
+                    for (l, v) in rj.iter().enumerate().take(rows) {
+                        *out.add((t0 + j) * ldo + g * G + l) = *v;
+                    }
+                }
+                t0 += TT;
+            }
+        }
+        #[cfg(not(target_arch = "x86_64"))]
+        let _ = (g0, g1, act, xsum, t, out, ldo);
+    }
+}
+
+/// Each block's sum of 8-bit values (the -8 offset of Q4_0's nibbles times it is subtracted).
+pub fn block_sums(act: &Q8_1Act, out: &mut Vec<i32>) {
+    out.clear();
+    out.extend(
+        act.qs
+            .chunks_exact(32)
+            .map(|b| b.iter().map(|v| *v as i32).sum::<i32>()),
+    );
+}
+
+#[cfg(target_arch = "x86_64")]
+mod vnni {
+    use super::*;
+    use std::arch::x86_64::*;
+
+    /// One group of 16 rows against TN tokens.
+    #[target_feature(enable = "avx512f,avx512bw,avx512vnni,fma")]
+    pub unsafe fn group<const TN: usize>(
+        p: &PackedQ4_0,
+        g: usize,
+        act: &Q8_1Act,
+        xsum: &[i32],
+        t0: usize,
+        res: &mut [[f32; G]; TT],
+    ) {
+        let nb = p.cols / 32;
+        let low = _mm512_set1_epi8(0x0F);
+        let mut acc = [_mm512_setzero_ps(); TN];
+        for b in 0..nb {
+            let base = p.data.as_ptr().add((g * nb + b) * GB);
+            let dw = _mm512_loadu_ps(base as *const f32);
+            let mut lo = [_mm512_setzero_si512(); 4];
+            let mut hi = [_mm512_setzero_si512(); 4];
+            for c in 0..4 {
+                let v = _mm512_loadu_si512(base.add(64 + 64 * c) as *const _);
+                lo[c] = _mm512_and_si512(v, low);
+                hi[c] = _mm512_and_si512(_mm512_srli_epi16(v, 4), low);
+            }
+            for j in 0..TN {
+                let tb = (t0 + j) * nb + b;
+                let x = act.qs.as_ptr().add(tb * 32) as *const i32;
+                // nibbles are 0..15; subtract 8 * sum(x) for Q4_0's offset
+                let mut isum = _mm512_set1_epi32(-8 * xsum[tb]);
+                for c in 0..4 {
+                    isum = _mm512_dpbusd_epi32(
+                        isum,
+                        lo[c],
+                        _mm512_set1_epi32(std::ptr::read_unaligned(x.add(c))),
+                    );
+                    isum = _mm512_dpbusd_epi32(
+                        isum,
+                        hi[c],
+                        _mm512_set1_epi32(std::ptr::read_unaligned(x.add(4 + c))),
+                    );
+                }
+                let scale = _mm512_mul_ps(dw, _mm512_set1_ps(act.d[tb]));
+                acc[j] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum), scale, acc[j]);
+            }
+        }
+        for j in 0..TN {
+            _mm512_storeu_ps(res[j].as_mut_ptr(), acc[j]);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::kernels::qdot::dot_q4_0_ref;
+
+    #[test]
+    fn packed_q4_0_matches_row_dots() {
+        if !has_packed_kernel() {
+            eprintln!("no AVX-512 VNNI here: Q4_0 stays on the row kernels");
+            assert!(PackedQ4_0::new(&QMat {
+                ty: GgmlType::Q4_0,
+                rows: 0,
+                cols: 32,
+                data: &[],
+                packed: None
+            })
+            .is_none());
+            return;
+        }
+        for (n, k, t) in [(16, 64, 1), (37, 576, 5), (5, 1536, 2)] {
+            let bytes = super::super::test_matrix(GgmlType::Q4_0, n, k, 3);
+            let w = QMat::new(GgmlType::Q4_0, n, k, &bytes).unwrap();
+            let p = PackedQ4_0::new(&w).expect("packable");
+            let x = super::super::test_data(t * k, 4);
+            let mut act = Q8_1Act::default();
+            act.quantize(&x);
+            let mut sums = Vec::new();
+            block_sums(&act, &mut sums);
+            let mut y = vec![0f32; t * n];
+            // SAFETY: kernel detected; y is (t, n).
+            unsafe { p.gemm_groups(0, p.groups(), &act, &sums, t, y.as_mut_ptr(), n) };
+            for i in 0..t {
+                for r in 0..n {
+                    let want = dot_q4_0_ref(w.row(r), &act.token(i, k / 32));
+                    let got = y[i * n + r];
+                    assert!(
+                        (got - want).abs() <= 1e-4 * (1.0 + want.abs()),
+                        "n={n} k={k} ({i},{r}): {got} vs {want}"
+                    );
+                }
+            }
+            // one token at a time gives the same bits as the batch
+            for i in 0..t {
+                let xi = &x[i * k..(i + 1) * k];
+                let mut a1 = Q8_1Act::default();
+                a1.quantize(xi);
+                let mut s1 = Vec::new();
+                block_sums(&a1, &mut s1);
+                let mut y1 = vec![0f32; n];
+                // SAFETY: as above.
+                unsafe { p.gemm_groups(0, p.groups(), &a1, &s1, 1, y1.as_mut_ptr(), n) };
+                assert_eq!(&y1[..], &y[i * n..(i + 1) * n]);
+            }
+        }
+    }
+}
