@@ -43,14 +43,16 @@ pub fn load(args: &ModelArgs) -> Result<(Model, Tokenizer)> {
     let f = args.gguf()?;
     let tok = Tokenizer::from_gguf(&f)
         .with_context(|| format!("tokenizer of '{}'", args.model.display()))?;
+    // the tokenizer's temporary tables go back before the weights are read (and repacked)
+    release_freed_memory();
     let model =
         Model::from_gguf(f).with_context(|| format!("loading '{}'", args.model.display()))?;
     release_freed_memory();
     Ok((model, tok))
 }
 
-/// Hand the heap pages freed while loading (the tokenizer's temporary tables) back to the
-/// OS before the weights are paged in, so they do not add to the peak resident size.
+/// Hand the heap pages freed while loading back to the OS, so they do not add to the peak
+/// resident size.
 fn release_freed_memory() {
     #[cfg(all(target_os = "linux", target_env = "gnu"))]
     // SAFETY: malloc_trim only releases free memory of the allocator; it has no preconditions.

@@ -11,7 +11,7 @@
 use super::act_quant::{block_mins, has_min_term, q8_1_sum_corrections, round_for};
 use super::fallback::{matmul_f32, matvec_f32};
 use super::qgemm;
-use super::repack::PackedQ4_0;
+use super::repack::PackedQ4;
 use super::rowdot::{int8_many, matvec_int8, packed_many, RowDot};
 use crate::quant::{can_dequantize, dequantize, GgmlType};
 
@@ -22,8 +22,9 @@ pub struct QMat<'a> {
     pub rows: usize,
     pub cols: usize,
     pub data: &'a [u8],
-    /// The same weights repacked for the interleaved-row kernel (Q4_0), when the owner made it.
-    pub packed: Option<&'a PackedQ4_0>,
+    /// The same weights repacked for the interleaved-row kernel (Q4_0, Q4_1), when the owner
+    /// made it.
+    pub packed: Option<&'a PackedQ4>,
 }
 
 /// Why a byte slice cannot be used as a weight matrix.
@@ -150,7 +151,8 @@ pub fn matmul_many(ws: &[QMat], x: &[f32], t: usize, ys: &mut [&mut [f32]]) {
 
 /// The kernels `matvec` and `matmul` choose for `w` on this CPU: (decode, prefill).
 pub fn kernel_names(w: &QMat) -> (&'static str, &'static str) {
-    if w.ty == GgmlType::Q4_0 && w.cols.is_multiple_of(32) && super::repack::has_packed_kernel() {
+    let packable = matches!(w.ty, GgmlType::Q4_0 | GgmlType::Q4_1);
+    if packable && w.cols.is_multiple_of(32) && super::repack::has_packed_kernel() {
         let k = "int8, 16 interleaved rows (AVX-512 VNNI)";
         return (k, k);
     }

@@ -1,4 +1,4 @@
-//! Q4_0 weights repacked at load for an output-stationary AVX-512 VNNI kernel, in the manner
+//! Q4_0 and Q4_1 weights repacked at load for an output-stationary AVX-512 VNNI kernel, in the manner
 //! of ggml's interleaved `q4_0_8x8` layout: the 16 lanes of a vector are 16 weight rows, so one
 //! `vpdpbusd` multiplies 4 weights of each of 16 rows by the same 4 broadcast activations, and
 //! a block's scales, its conversion to f32 and its multiply-add are paid once per 16 rows
@@ -6,8 +6,10 @@
 //! up to 4 tokens), so a batch gives the bits of token-by-token decoding.
 //!
 //! Layout, per group of 16 rows (a short last group is padded with zero rows) and per 32-block:
-//! the 16 row scales as f32 (64 bytes), then for c in 0..4 the bytes 4c..4c+4 of each row's 16
-//! nibble bytes (4 x 64 bytes): low nibbles are elements 4c..4c+4, high ones 16+4c..16+4c+4.
+//! the 16 row scales as f16 (32 bytes), for Q4_1 the 16 mins (32 bytes), then for c in 0..4
+//! the bytes 4c..4c+4 of each row's 16 nibble bytes (4 x 64 bytes): low nibbles are elements
+//! 4c..4c+4, high ones 16+4c..16+4c+4. The copy is as large as the original, whose mapped
+//! pages the model then releases.
 
 use super::qdot::Q8_1Act;
 use super::QMat;
@@ -15,15 +17,25 @@ use crate::quant::GgmlType;
 
 /// Rows per group (the lanes of a 512-bit vector of i32).
 const G: usize = 16;
-/// Bytes per group and block: 16 f32 scales and 4 x 64 nibble bytes.
-const GB: usize = 64 + 256;
+/// Bytes per group and block: 16 f16 scales, for Q4_1 16 f16 mins, and 4 x 64 nibble bytes,
+/// so the packed copy is exactly as large as the original.
+fn group_block_bytes(ty: GgmlType) -> usize {
+    if ty == GgmlType::Q4_1 {
+        32 + 32 + 256
+    } else {
+        32 + 256
+    }
+}
 /// Tokens per tile in prefill.
 const TT: usize = 4;
 
 #[derive(Debug)]
-pub struct PackedQ4_0 {
+pub struct PackedQ4 {
+    pub ty: GgmlType,
     pub rows: usize,
     pub cols: usize,
+    /// Bytes per group and block.
+    gb: usize,
     data: Vec<u8>,
 }
 
@@ -32,31 +44,42 @@ pub fn has_packed_kernel() -> bool {
     super::qgemm::has_vnni()
 }
 
-impl PackedQ4_0 {
-    /// Repack `w` when it is Q4_0 with whole 32-blocks and this CPU has the kernel.
+impl PackedQ4 {
+    /// Repack `w` when it is Q4_0 or Q4_1 with whole 32-blocks and this CPU has the kernel.
     pub fn new(w: &QMat) -> Option<Self> {
-        if w.ty != GgmlType::Q4_0 || !w.cols.is_multiple_of(32) || !has_packed_kernel() {
+        let ok = matches!(w.ty, GgmlType::Q4_0 | GgmlType::Q4_1);
+        if !ok || !w.cols.is_multiple_of(32) || !has_packed_kernel() {
             return None;
         }
-        let (nb, groups) = (w.cols / 32, w.rows.div_ceil(G));
-        let mut data = vec![0u8; groups * nb * GB];
+        let (nb, groups, gb) = (w.cols / 32, w.rows.div_ceil(G), group_block_bytes(w.ty));
+        // Q4_0: d, then 16 nibble bytes; Q4_1: d, m, then 16 nibble bytes
+        let (size, qs_at, mins) = if w.ty == GgmlType::Q4_1 {
+            (20, 4, 32)
+        } else {
+            (18, 2, 0)
+        };
+        let mut data = vec![0u8; groups * nb * gb];
         for r in 0..w.rows {
             let (g, lane) = (r / G, r % G);
             let row = w.row(r);
             for b in 0..nb {
-                let blk = &row[b * 18..(b + 1) * 18];
-                let at = (g * nb + b) * GB;
-                let d = half::f16::from_le_bytes([blk[0], blk[1]]).to_f32();
-                data[at + 4 * lane..at + 4 * lane + 4].copy_from_slice(&d.to_le_bytes());
+                let blk = &row[b * size..(b + 1) * size];
+                let at = (g * nb + b) * gb;
+                data[at + 2 * lane..at + 2 * lane + 2].copy_from_slice(&blk[0..2]);
+                if mins > 0 {
+                    data[at + 32 + 2 * lane..at + 32 + 2 * lane + 2].copy_from_slice(&blk[2..4]);
+                }
                 for c in 0..4 {
-                    let o = at + 64 + c * 64 + 4 * lane;
-                    data[o..o + 4].copy_from_slice(&blk[2 + 4 * c..2 + 4 * c + 4]);
+                    let o = at + 32 + mins + c * 64 + 4 * lane;
+                    data[o..o + 4].copy_from_slice(&blk[qs_at + 4 * c..qs_at + 4 * c + 4]);
                 }
             }
         }
         Some(Self {
+            ty: w.ty,
             rows: w.rows,
             cols: w.cols,
+            gb,
             data,
         })
     }
@@ -125,9 +148,9 @@ mod vnni {
     use std::arch::x86_64::*;
 
     /// One group of 16 rows against TN tokens.
-    #[target_feature(enable = "avx512f,avx512bw,avx512vnni,fma")]
+    #[target_feature(enable = "avx512f,avx512bw,avx512vnni,fma,f16c")]
     pub unsafe fn group<const TN: usize>(
-        p: &PackedQ4_0,
+        p: &PackedQ4,
         g: usize,
         act: &Q8_1Act,
         xsum: &[i32],
@@ -135,23 +158,27 @@ mod vnni {
         res: &mut [[f32; G]; TT],
     ) {
         let nb = p.cols / 32;
+        let q41 = p.ty == GgmlType::Q4_1;
+        let mins = if q41 { 32 } else { 0 };
         let low = _mm512_set1_epi8(0x0F);
         let mut acc = [_mm512_setzero_ps(); TN];
+        let mut macc = [_mm512_setzero_ps(); TN];
         for b in 0..nb {
-            let base = p.data.as_ptr().add((g * nb + b) * GB);
-            let dw = _mm512_loadu_ps(base as *const f32);
+            let base = p.data.as_ptr().add((g * nb + b) * p.gb);
+            let dw = _mm512_cvtph_ps(_mm256_loadu_si256(base as *const __m256i));
+            let mw = _mm512_cvtph_ps(_mm256_loadu_si256(base.add(32) as *const __m256i));
             let mut lo = [_mm512_setzero_si512(); 4];
             let mut hi = [_mm512_setzero_si512(); 4];
             for c in 0..4 {
-                let v = _mm512_loadu_si512(base.add(64 + 64 * c) as *const _);
+                let v = _mm512_loadu_si512(base.add(32 + mins + 64 * c) as *const _);
                 lo[c] = _mm512_and_si512(v, low);
                 hi[c] = _mm512_and_si512(_mm512_srli_epi16(v, 4), low);
             }
             for j in 0..TN {
                 let tb = (t0 + j) * nb + b;
                 let x = act.qs.as_ptr().add(tb * 32) as *const i32;
-                // nibbles are 0..15; subtract 8 * sum(x) for Q4_0's offset
-                let mut isum = _mm512_set1_epi32(-8 * xsum[tb]);
+                // nibbles are 0..15; Q4_0 subtracts 8 * sum(x) for its offset, Q4_1 adds m * s
+                let mut isum = _mm512_set1_epi32(if q41 { 0 } else { -8 * xsum[tb] });
                 for c in 0..4 {
                     isum = _mm512_dpbusd_epi32(
                         isum,
@@ -166,10 +193,13 @@ mod vnni {
                 }
                 let scale = _mm512_mul_ps(dw, _mm512_set1_ps(act.d[tb]));
                 acc[j] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum), scale, acc[j]);
+                if q41 {
+                    macc[j] = _mm512_fmadd_ps(mw, _mm512_set1_ps(act.s[tb]), macc[j]);
+                }
             }
         }
         for j in 0..TN {
-            _mm512_storeu_ps(res[j].as_mut_ptr(), acc[j]);
+            _mm512_storeu_ps(res[j].as_mut_ptr(), _mm512_add_ps(acc[j], macc[j]));
         }
     }
 }
@@ -177,13 +207,13 @@ mod vnni {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::kernels::qdot::dot_q4_0_ref;
+    use crate::kernels::qdot::{dot_q4_0_ref, dot_q4_1_ref};
 
     #[test]
     fn packed_q4_0_matches_row_dots() {
         if !has_packed_kernel() {
             eprintln!("no AVX-512 VNNI here: Q4_0 stays on the row kernels");
-            assert!(PackedQ4_0::new(&QMat {
+            assert!(PackedQ4::new(&QMat {
                 ty: GgmlType::Q4_0,
                 rows: 0,
                 cols: 32,
@@ -193,10 +223,16 @@ mod tests {
             .is_none());
             return;
         }
-        for (n, k, t) in [(16, 64, 1), (37, 576, 5), (5, 1536, 2)] {
-            let bytes = super::super::test_matrix(GgmlType::Q4_0, n, k, 3);
-            let w = QMat::new(GgmlType::Q4_0, n, k, &bytes).unwrap();
-            let p = PackedQ4_0::new(&w).expect("packable");
+        for (ty, n, k, t) in [
+            (GgmlType::Q4_0, 16, 64, 1),
+            (GgmlType::Q4_0, 37, 576, 5),
+            (GgmlType::Q4_0, 5, 1536, 2),
+            (GgmlType::Q4_1, 37, 576, 5),
+            (GgmlType::Q4_1, 16, 1536, 1),
+        ] {
+            let bytes = super::super::test_matrix(ty, n, k, 3);
+            let w = QMat::new(ty, n, k, &bytes).unwrap();
+            let p = PackedQ4::new(&w).expect("packable");
             let x = super::super::test_data(t * k, 4);
             let mut act = Q8_1Act::default();
             act.quantize(&x);
@@ -207,7 +243,12 @@ mod tests {
             unsafe { p.gemm_groups(0, p.groups(), &act, &sums, t, y.as_mut_ptr(), n) };
             for i in 0..t {
                 for r in 0..n {
-                    let want = dot_q4_0_ref(w.row(r), &act.token(i, k / 32));
+                    let a = act.token(i, k / 32);
+                    let want = if ty == GgmlType::Q4_0 {
+                        dot_q4_0_ref(w.row(r), &a)
+                    } else {
+                        dot_q4_1_ref(w.row(r), &a)
+                    };
                     let got = y[i * n + r];
                     assert!(
                         (got - want).abs() <= 1e-4 * (1.0 + want.abs()),

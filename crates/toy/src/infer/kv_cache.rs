@@ -20,6 +20,13 @@ pub fn f16_attention(t: usize) -> bool {
     t < 64
 }
 
+/// `n` zero halves from zeroed pages (calloc), so the cache costs memory only as it fills:
+/// `vec![f16::ZERO; n]` would write every element.
+fn zeroed(n: usize) -> Vec<f16> {
+    use half::vec::HalfBitsVecExt;
+    vec![0u16; n].reinterpret_into()
+}
+
 /// Round queries (T, H*D) as the K·Q product sees them.
 pub fn round_queries(q: &mut [f32]) {
     q.iter_mut().for_each(|v| *v = round_f16(*v));
@@ -39,8 +46,8 @@ impl KvCache {
     pub fn new(n_layer: usize, n_kv_head: usize, head_dim: usize, ctx: usize) -> Self {
         let size = n_kv_head * ctx * head_dim;
         Self {
-            k: (0..n_layer).map(|_| vec![f16::ZERO; size]).collect(),
-            v: (0..n_layer).map(|_| vec![f16::ZERO; size]).collect(),
+            k: (0..n_layer).map(|_| zeroed(size)).collect(),
+            v: (0..n_layer).map(|_| zeroed(size)).collect(),
             ctx,
             n_kv_head,
             head_dim,

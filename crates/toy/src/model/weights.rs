@@ -6,7 +6,7 @@ use super::ModelError;
 use crate::gguf::GgufFile;
 use std::ops::Range;
 use std::sync::Arc;
-use tinynn::kernels::repack::PackedQ4_0;
+use tinynn::kernels::repack::PackedQ4;
 use tinynn::kernels::QMat;
 use tinynn::quant::{can_dequantize, dequantize};
 
@@ -18,9 +18,9 @@ pub struct Weight {
     pub rows: usize,
     pub cols: usize,
     range: Range<usize>,
-    /// Q4_0 weights repacked for the interleaved-row kernel, where the CPU has it (shared by
+    /// Q4_0 / Q4_1 weights repacked for the interleaved-row kernel, where the CPU has it (shared by
     /// clones, e.g. a tied head).
-    packed: Option<Arc<PackedQ4_0>>,
+    packed: Option<Arc<PackedQ4>>,
 }
 
 fn byte_range(f: &GgufFile, data: &[u8]) -> Range<usize> {
@@ -54,7 +54,7 @@ impl Weight {
             name: name.into(),
             source,
         })?;
-        let packed = PackedQ4_0::new(&q).map(Arc::new);
+        let packed = PackedQ4::new(&q).map(Arc::new);
         let range = byte_range(f, data);
         if packed.is_some() && !name.starts_with("token_embd") {
             // the kernels read the repacked copy; the embedding table is still read by rows
