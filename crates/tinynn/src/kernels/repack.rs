@@ -1,4 +1,4 @@
-//! Q4_0 and Q4_1 weights repacked at load for an output-stationary AVX-512 VNNI kernel, in the manner
+//! Q4_0, Q4_1 and Q8_0 weights repacked at load for an output-stationary AVX-512 VNNI kernel, in the manner
 //! of ggml's interleaved `q4_0_8x8` layout: the 16 lanes of a vector are 16 weight rows, so one
 //! `vpdpbusd` multiplies 4 weights of each of 16 rows by the same 4 broadcast activations, and
 //! a block's scales, its conversion to f32 and its multiply-add are paid once per 16 rows
@@ -20,10 +20,11 @@ const G: usize = 16;
 /// Bytes per group and block: 16 f16 scales, for Q4_1 16 f16 mins, and 4 x 64 nibble bytes,
 /// so the packed copy is exactly as large as the original.
 fn group_block_bytes(ty: GgmlType) -> usize {
-    if ty == GgmlType::Q4_1 {
-        32 + 32 + 256
-    } else {
-        32 + 256
+    match ty {
+        GgmlType::Q4_1 => 32 + 32 + 256,
+        // scales, each row's sum of weights (i16), 8 x 64 weight bytes
+        GgmlType::Q8_0 => 32 + 32 + 512,
+        _ => 32 + 256,
     }
 }
 /// Tokens per tile in prefill.
@@ -47,11 +48,14 @@ pub fn has_packed_kernel() -> bool {
 impl PackedQ4 {
     /// Repack `w` when it is Q4_0 or Q4_1 with whole 32-blocks and this CPU has the kernel.
     pub fn new(w: &QMat) -> Option<Self> {
-        let ok = matches!(w.ty, GgmlType::Q4_0 | GgmlType::Q4_1);
+        let ok = matches!(w.ty, GgmlType::Q4_0 | GgmlType::Q4_1 | GgmlType::Q8_0);
         if !ok || !w.cols.is_multiple_of(32) || !has_packed_kernel() {
             return None;
         }
         let (nb, groups, gb) = (w.cols / 32, w.rows.div_ceil(G), group_block_bytes(w.ty));
+        if w.ty == GgmlType::Q8_0 {
+            return Some(Self::new_q8_0(w, nb, groups, gb));
+        }
         // Q4_0: d, then 16 nibble bytes; Q4_1: d, m, then 16 nibble bytes
         let (size, qs_at, mins) = if w.ty == GgmlType::Q4_1 {
             (20, 4, 32)
@@ -84,6 +88,29 @@ impl PackedQ4 {
         })
     }
 
+    /// Q8_0: scales, then each row's sum of weights (activations enter `vpdpbusd` as x + 128,
+    /// an unsigned byte, against the signed weights; 128 * sum(w) is taken off again), then 8
+    /// chunks of 4 weights per row.
+    fn new_q8_0(w: &QMat, nb: usize, groups: usize, gb: usize) -> Self {
+        let mut data = vec![0u8; groups * nb * gb];
+        for r in 0..w.rows {
+            let (g, lane) = (r / G, r % G);
+            let row = w.row(r);
+            for b in 0..nb {
+                let blk = &row[b * 34..(b + 1) * 34];
+                let at = (g * nb + b) * gb;
+                data[at + 2 * lane..at + 2 * lane + 2].copy_from_slice(&blk[0..2]);
+                let sum = blk[2..34].iter().map(|v| *v as i8 as i16).sum::<i16>();
+                data[at + 32 + 2 * lane..at + 32 + 2 * lane + 2].copy_from_slice(&sum.to_le_bytes());
+                for c in 0..8 {
+                    let o = at + 64 + c * 64 + 4 * lane;
+                    data[o..o + 4].copy_from_slice(&blk[2 + 4 * c..2 + 4 * c + 4]);
+                }
+            }
+        }
+        Self { ty: w.ty, rows: w.rows, cols: w.cols, gb, data }
+    }
+
     pub fn groups(&self) -> usize {
         self.rows.div_ceil(G)
     }
@@ -112,11 +139,15 @@ impl PackedQ4 {
             while t0 < t {
                 let tn = (t - t0).min(TT);
                 let mut res = [[0f32; G]; TT];
-                match tn {
-                    4 => vnni::group::<4>(self, g, act, xsum, t0, &mut res),
-                    3 => vnni::group::<3>(self, g, act, xsum, t0, &mut res),
-                    2 => vnni::group::<2>(self, g, act, xsum, t0, &mut res),
-                    _ => vnni::group::<1>(self, g, act, xsum, t0, &mut res),
+                match (tn, self.ty == GgmlType::Q8_0) {
+                    (4, false) => vnni::group::<4>(self, g, act, xsum, t0, &mut res),
+                    (3, false) => vnni::group::<3>(self, g, act, xsum, t0, &mut res),
+                    (2, false) => vnni::group::<2>(self, g, act, xsum, t0, &mut res),
+                    (_, false) => vnni::group::<1>(self, g, act, xsum, t0, &mut res),
+                    (4, true) => vnni::group_q8::<4>(self, g, act, t0, &mut res),
+                    (3, true) => vnni::group_q8::<3>(self, g, act, t0, &mut res),
+                    (2, true) => vnni::group_q8::<2>(self, g, act, t0, &mut res),
+                    (_, true) => vnni::group_q8::<1>(self, g, act, t0, &mut res),
                 }
                 let rows = G.min(self.rows - g * G);
                 for (j, rj) in res.iter().enumerate().take(tn) {
@@ -202,12 +233,51 @@ mod vnni {
             _mm512_storeu_ps(res[j].as_mut_ptr(), _mm512_add_ps(acc[j], macc[j]));
         }
     }
+
+    /// One group of 16 Q8_0 rows against TN tokens.
+    #[target_feature(enable = "avx512f,avx512bw,avx512vnni,fma,f16c")]
+    pub unsafe fn group_q8<const TN: usize>(
+        p: &PackedQ4,
+        g: usize,
+        act: &Q8_1Act,
+        t0: usize,
+        res: &mut [[f32; G]; TT],
+    ) {
+        let nb = p.cols / 32;
+        let flip = _mm512_set1_epi32(0x8080_8080u32 as i32);
+        let mut acc = [_mm512_setzero_ps(); TN];
+        for b in 0..nb {
+            let base = p.data.as_ptr().add((g * nb + b) * p.gb);
+            let dw = _mm512_cvtph_ps(_mm256_loadu_si256(base as *const __m256i));
+            // -128 * sum(w): x enters as x + 128
+            let sums = _mm512_cvtepi16_epi32(_mm256_loadu_si256(base.add(32) as *const __m256i));
+            let bias = _mm512_sub_epi32(_mm512_setzero_si512(), _mm512_slli_epi32::<7>(sums));
+            let mut w = [_mm512_setzero_si512(); 8];
+            for c in 0..8 {
+                w[c] = _mm512_loadu_si512(base.add(64 + 64 * c) as *const _);
+            }
+            for j in 0..TN {
+                let tb = (t0 + j) * nb + b;
+                let x = act.qs.as_ptr().add(tb * 32) as *const i32;
+                let mut isum = bias;
+                for c in 0..8 {
+                    let xu = _mm512_xor_si512(_mm512_set1_epi32(std::ptr::read_unaligned(x.add(c))), flip);
+                    isum = _mm512_dpbusd_epi32(isum, xu, w[c]);
+                }
+                let scale = _mm512_mul_ps(dw, _mm512_set1_ps(act.d[tb]));
+                acc[j] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum), scale, acc[j]);
+            }
+        }
+        for j in 0..TN {
+            _mm512_storeu_ps(res[j].as_mut_ptr(), acc[j]);
+        }
+    }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::kernels::qdot::{dot_q4_0_ref, dot_q4_1_ref};
+    use crate::kernels::qdot::{dot_q4_0_ref, dot_q4_1_ref, dot_q8_0_ref};
 
     #[test]
     fn packed_q4_0_matches_row_dots() {
@@ -229,6 +299,8 @@ mod tests {
             (GgmlType::Q4_0, 5, 1536, 2),
             (GgmlType::Q4_1, 37, 576, 5),
             (GgmlType::Q4_1, 16, 1536, 1),
+            (GgmlType::Q8_0, 37, 576, 5),
+            (GgmlType::Q8_0, 3, 64, 1),
         ] {
             let bytes = super::super::test_matrix(ty, n, k, 3);
             let w = QMat::new(ty, n, k, &bytes).unwrap();
@@ -244,10 +316,10 @@ mod tests {
             for i in 0..t {
                 for r in 0..n {
                     let a = act.token(i, k / 32);
-                    let want = if ty == GgmlType::Q4_0 {
-                        dot_q4_0_ref(w.row(r), &a)
-                    } else {
-                        dot_q4_1_ref(w.row(r), &a)
+                    let want = match ty {
+                        GgmlType::Q4_0 => dot_q4_0_ref(w.row(r), &a),
+                        GgmlType::Q4_1 => dot_q4_1_ref(w.row(r), &a),
+                        _ => dot_q8_0_ref(w.row(r), &a),
                     };
                     let got = y[i * n + r];
                     assert!(

@@ -56,8 +56,8 @@ impl Weight {
         })?;
         let packed = PackedQ4::new(&q).map(Arc::new);
         let range = byte_range(f, data);
-        if packed.is_some() && !name.starts_with("token_embd") {
-            // the kernels read the repacked copy; the embedding table is still read by rows
+        if packed.is_some() {
+            // the kernels read the repacked copy; an embedding lookup pages its rows back in
             f.release(range.clone());
         }
         Ok(Self {
