@@ -101,14 +101,21 @@ impl PackedQ4 {
                 let at = (g * nb + b) * gb;
                 data[at + 2 * lane..at + 2 * lane + 2].copy_from_slice(&blk[0..2]);
                 let sum = blk[2..34].iter().map(|v| *v as i8 as i16).sum::<i16>();
-                data[at + 32 + 2 * lane..at + 32 + 2 * lane + 2].copy_from_slice(&sum.to_le_bytes());
+                data[at + 32 + 2 * lane..at + 32 + 2 * lane + 2]
+                    .copy_from_slice(&sum.to_le_bytes());
                 for c in 0..8 {
                     let o = at + 64 + c * 64 + 4 * lane;
                     data[o..o + 4].copy_from_slice(&blk[2 + 4 * c..2 + 4 * c + 4]);
                 }
             }
         }
-        Self { ty: w.ty, rows: w.rows, cols: w.cols, gb, data }
+        Self {
+            ty: w.ty,
+            rows: w.rows,
+            cols: w.cols,
+            gb,
+            data,
+        }
     }
 
     pub fn groups(&self) -> usize {
@@ -140,10 +147,16 @@ impl PackedQ4 {
                 let tn = (t - t0).min(TT);
                 let mut res = [[0f32; G]; TT];
                 match (tn, self.ty == GgmlType::Q8_0) {
-                    (4, false) => vnni::group::<4>(self, g, act, xsum, t0, &mut res),
-                    (3, false) => vnni::group::<3>(self, g, act, xsum, t0, &mut res),
-                    (2, false) => vnni::group::<2>(self, g, act, xsum, t0, &mut res),
-                    (_, false) => vnni::group::<1>(self, g, act, xsum, t0, &mut res),
+                    (tn, false) if self.ty == GgmlType::Q4_1 => match tn {
+                        4 => vnni::group::<4, true>(self, g, act, xsum, t0, &mut res),
+                        3 => vnni::group::<3, true>(self, g, act, xsum, t0, &mut res),
+                        2 => vnni::group::<2, true>(self, g, act, xsum, t0, &mut res),
+                        _ => vnni::group::<1, true>(self, g, act, xsum, t0, &mut res),
+                    },
+                    (4, false) => vnni::group::<4, false>(self, g, act, xsum, t0, &mut res),
+                    (3, false) => vnni::group::<3, false>(self, g, act, xsum, t0, &mut res),
+                    (2, false) => vnni::group::<2, false>(self, g, act, xsum, t0, &mut res),
+                    (_, false) => vnni::group::<1, false>(self, g, act, xsum, t0, &mut res),
                     (4, true) => vnni::group_q8::<4>(self, g, act, t0, &mut res),
                     (3, true) => vnni::group_q8::<3>(self, g, act, t0, &mut res),
                     (2, true) => vnni::group_q8::<2>(self, g, act, t0, &mut res),
@@ -180,7 +193,7 @@ mod vnni {
 
     /// One group of 16 rows against TN tokens.
     #[target_feature(enable = "avx512f,avx512bw,avx512vnni,fma,f16c")]
-    pub unsafe fn group<const TN: usize>(
+    pub unsafe fn group<const TN: usize, const Q41: bool>(
         p: &PackedQ4,
         g: usize,
         act: &Q8_1Act,
@@ -189,7 +202,7 @@ mod vnni {
         res: &mut [[f32; G]; TT],
     ) {
         let nb = p.cols / 32;
-        let q41 = p.ty == GgmlType::Q4_1;
+        let q41 = Q41;
         let mins = if q41 { 32 } else { 0 };
         let low = _mm512_set1_epi8(0x0F);
         let mut acc = [_mm512_setzero_ps(); TN];
@@ -197,7 +210,11 @@ mod vnni {
         for b in 0..nb {
             let base = p.data.as_ptr().add((g * nb + b) * p.gb);
             let dw = _mm512_cvtph_ps(_mm256_loadu_si256(base as *const __m256i));
-            let mw = _mm512_cvtph_ps(_mm256_loadu_si256(base.add(32) as *const __m256i));
+            let mw = if q41 {
+                _mm512_cvtph_ps(_mm256_loadu_si256(base.add(32) as *const __m256i))
+            } else {
+                _mm512_setzero_ps()
+            };
             let mut lo = [_mm512_setzero_si512(); 4];
             let mut hi = [_mm512_setzero_si512(); 4];
             for c in 0..4 {
@@ -230,7 +247,12 @@ mod vnni {
             }
         }
         for j in 0..TN {
-            _mm512_storeu_ps(res[j].as_mut_ptr(), _mm512_add_ps(acc[j], macc[j]));
+            let r = if q41 {
+                _mm512_add_ps(acc[j], macc[j])
+            } else {
+                acc[j]
+            };
+            _mm512_storeu_ps(res[j].as_mut_ptr(), r);
         }
     }
 
@@ -261,7 +283,10 @@ mod vnni {
                 let x = act.qs.as_ptr().add(tb * 32) as *const i32;
                 let mut isum = bias;
                 for c in 0..8 {
-                    let xu = _mm512_xor_si512(_mm512_set1_epi32(std::ptr::read_unaligned(x.add(c))), flip);
+                    let xu = _mm512_xor_si512(
+                        _mm512_set1_epi32(std::ptr::read_unaligned(x.add(c))),
+                        flip,
+                    );
                     isum = _mm512_dpbusd_epi32(isum, xu, w[c]);
                 }
                 let scale = _mm512_mul_ps(dw, _mm512_set1_ps(act.d[tb]));
