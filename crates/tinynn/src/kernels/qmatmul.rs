@@ -151,7 +151,10 @@ pub fn matmul_many(ws: &[QMat], x: &[f32], t: usize, ys: &mut [&mut [f32]]) {
 
 /// The kernels `matvec` and `matmul` choose for `w` on this CPU: (decode, prefill).
 pub fn kernel_names(w: &QMat) -> (&'static str, &'static str) {
-    let packable = matches!(w.ty, GgmlType::Q4_0 | GgmlType::Q4_1 | GgmlType::Q8_0);
+    let packable = matches!(
+        w.ty,
+        GgmlType::Q4_0 | GgmlType::Q4_1 | GgmlType::Q5_0 | GgmlType::Q8_0
+    );
     if packable && w.cols.is_multiple_of(32) && super::repack::has_packed_kernel() {
         let k = "int8, 16 interleaved rows (AVX-512 VNNI)";
         return (k, k);

@@ -1,4 +1,4 @@
-//! Q4_0, Q4_1 and Q8_0 weights repacked at load for an output-stationary AVX-512 VNNI kernel, in the manner
+//! Q4_0, Q4_1, Q5_0 and Q8_0 weights repacked at load for an output-stationary AVX-512 VNNI kernel, in the manner
 //! of ggml's interleaved `q4_0_8x8` layout: the 16 lanes of a vector are 16 weight rows, so one
 //! `vpdpbusd` multiplies 4 weights of each of 16 rows by the same 4 broadcast activations, and
 //! a block's scales, its conversion to f32 and its multiply-add are paid once per 16 rows
@@ -24,6 +24,8 @@ fn group_block_bytes(ty: GgmlType) -> usize {
         GgmlType::Q4_1 => 32 + 32 + 256,
         // scales, each row's sum of weights (i16), 8 x 64 weight bytes
         GgmlType::Q8_0 => 32 + 32 + 512,
+        // scales, each row's 32 fifth bits, 4 x 64 nibble bytes
+        GgmlType::Q5_0 => 32 + 64 + 256,
         _ => 32 + 256,
     }
 }
@@ -48,13 +50,19 @@ pub fn has_packed_kernel() -> bool {
 impl PackedQ4 {
     /// Repack `w` when it is Q4_0 or Q4_1 with whole 32-blocks and this CPU has the kernel.
     pub fn new(w: &QMat) -> Option<Self> {
-        let ok = matches!(w.ty, GgmlType::Q4_0 | GgmlType::Q4_1 | GgmlType::Q8_0);
+        let ok = matches!(
+            w.ty,
+            GgmlType::Q4_0 | GgmlType::Q4_1 | GgmlType::Q5_0 | GgmlType::Q8_0
+        );
         if !ok || !w.cols.is_multiple_of(32) || !has_packed_kernel() {
             return None;
         }
         let (nb, groups, gb) = (w.cols / 32, w.rows.div_ceil(G), group_block_bytes(w.ty));
         if w.ty == GgmlType::Q8_0 {
             return Some(Self::new_q8_0(w, nb, groups, gb));
+        }
+        if w.ty == GgmlType::Q5_0 {
+            return Some(Self::new_q5_0(w, nb, groups, gb));
         }
         // Q4_0: d, then 16 nibble bytes; Q4_1: d, m, then 16 nibble bytes
         let (size, qs_at, mins) = if w.ty == GgmlType::Q4_1 {
@@ -118,6 +126,32 @@ impl PackedQ4 {
         }
     }
 
+    /// Q5_0: scales, then each row's 32 fifth bits (as in the block), then the nibbles.
+    fn new_q5_0(w: &QMat, nb: usize, groups: usize, gb: usize) -> Self {
+        let mut data = vec![0u8; groups * nb * gb];
+        for r in 0..w.rows {
+            let (g, lane) = (r / G, r % G);
+            let row = w.row(r);
+            for b in 0..nb {
+                let blk = &row[b * 22..(b + 1) * 22];
+                let at = (g * nb + b) * gb;
+                data[at + 2 * lane..at + 2 * lane + 2].copy_from_slice(&blk[0..2]);
+                data[at + 32 + 4 * lane..at + 32 + 4 * lane + 4].copy_from_slice(&blk[2..6]);
+                for c in 0..4 {
+                    let o = at + 96 + c * 64 + 4 * lane;
+                    data[o..o + 4].copy_from_slice(&blk[6 + 4 * c..6 + 4 * c + 4]);
+                }
+            }
+        }
+        Self {
+            ty: w.ty,
+            rows: w.rows,
+            cols: w.cols,
+            gb,
+            data,
+        }
+    }
+
     pub fn groups(&self) -> usize {
         self.rows.div_ceil(G)
     }
@@ -146,21 +180,30 @@ impl PackedQ4 {
             while t0 < t {
                 let tn = (t - t0).min(TT);
                 let mut res = [[0f32; G]; TT];
-                match (tn, self.ty == GgmlType::Q8_0) {
-                    (tn, false) if self.ty == GgmlType::Q4_1 => match tn {
-                        4 => vnni::group::<4, true>(self, g, act, xsum, t0, &mut res),
-                        3 => vnni::group::<3, true>(self, g, act, xsum, t0, &mut res),
-                        2 => vnni::group::<2, true>(self, g, act, xsum, t0, &mut res),
-                        _ => vnni::group::<1, true>(self, g, act, xsum, t0, &mut res),
-                    },
-                    (4, false) => vnni::group::<4, false>(self, g, act, xsum, t0, &mut res),
-                    (3, false) => vnni::group::<3, false>(self, g, act, xsum, t0, &mut res),
-                    (2, false) => vnni::group::<2, false>(self, g, act, xsum, t0, &mut res),
-                    (_, false) => vnni::group::<1, false>(self, g, act, xsum, t0, &mut res),
-                    (4, true) => vnni::group_q8::<4>(self, g, act, t0, &mut res),
-                    (3, true) => vnni::group_q8::<3>(self, g, act, t0, &mut res),
-                    (2, true) => vnni::group_q8::<2>(self, g, act, t0, &mut res),
-                    (_, true) => vnni::group_q8::<1>(self, g, act, t0, &mut res),
+                if self.ty == GgmlType::Q5_0 {
+                    match tn {
+                        4 => vnni::group_q5::<4>(self, g, act, xsum, t0, &mut res),
+                        3 => vnni::group_q5::<3>(self, g, act, xsum, t0, &mut res),
+                        2 => vnni::group_q5::<2>(self, g, act, xsum, t0, &mut res),
+                        _ => vnni::group_q5::<1>(self, g, act, xsum, t0, &mut res),
+                    }
+                } else {
+                    match (tn, self.ty == GgmlType::Q8_0) {
+                        (tn, false) if self.ty == GgmlType::Q4_1 => match tn {
+                            4 => vnni::group::<4, true>(self, g, act, xsum, t0, &mut res),
+                            3 => vnni::group::<3, true>(self, g, act, xsum, t0, &mut res),
+                            2 => vnni::group::<2, true>(self, g, act, xsum, t0, &mut res),
+                            _ => vnni::group::<1, true>(self, g, act, xsum, t0, &mut res),
+                        },
+                        (4, false) => vnni::group::<4, false>(self, g, act, xsum, t0, &mut res),
+                        (3, false) => vnni::group::<3, false>(self, g, act, xsum, t0, &mut res),
+                        (2, false) => vnni::group::<2, false>(self, g, act, xsum, t0, &mut res),
+                        (_, false) => vnni::group::<1, false>(self, g, act, xsum, t0, &mut res),
+                        (4, true) => vnni::group_q8::<4>(self, g, act, t0, &mut res),
+                        (3, true) => vnni::group_q8::<3>(self, g, act, t0, &mut res),
+                        (2, true) => vnni::group_q8::<2>(self, g, act, t0, &mut res),
+                        (_, true) => vnni::group_q8::<1>(self, g, act, t0, &mut res),
+                    }
                 }
                 let rows = G.min(self.rows - g * G);
                 for (j, rj) in res.iter().enumerate().take(tn) {
@@ -297,6 +340,73 @@ mod vnni {
             _mm512_storeu_ps(res[j].as_mut_ptr(), acc[j]);
         }
     }
+
+    /// Bits `shift..shift + 4` of each lane's fifth-bit mask, moved to bit 4 of the lane's 4
+    /// bytes (x * 0x00204081 places bit i at bit 8i; no partial products overlap).
+    #[inline]
+    #[target_feature(enable = "avx512f,avx512bw")]
+    unsafe fn fifth(qh: __m512i, shift: i32) -> __m512i {
+        let b = _mm512_and_si512(
+            _mm512_srlv_epi32(qh, _mm512_set1_epi32(shift)),
+            _mm512_set1_epi32(0xF),
+        );
+        let spread = _mm512_mullo_epi32(b, _mm512_set1_epi32(0x0020_4081));
+        _mm512_slli_epi32::<4>(_mm512_and_si512(spread, _mm512_set1_epi32(0x0101_0101)))
+    }
+
+    /// One group of 16 Q5_0 rows against TN tokens: nibbles plus fifth bits (spread from each
+    /// lane's 32-bit mask into bit 4 of the bytes by a multiply), values 0..31 less 16.
+    #[target_feature(enable = "avx512f,avx512bw,avx512vnni,fma,f16c")]
+    pub unsafe fn group_q5<const TN: usize>(
+        p: &PackedQ4,
+        g: usize,
+        act: &Q8_1Act,
+        xsum: &[i32],
+        t0: usize,
+        res: &mut [[f32; G]; TT],
+    ) {
+        let nb = p.cols / 32;
+        let low = _mm512_set1_epi8(0x0F);
+
+        let mut acc = [_mm512_setzero_ps(); TN];
+        for b in 0..nb {
+            let base = p.data.as_ptr().add((g * nb + b) * p.gb);
+            let dw = _mm512_cvtph_ps(_mm256_loadu_si256(base as *const __m256i));
+            let qh = _mm512_loadu_si512(base.add(32) as *const _);
+            let mut lo = [_mm512_setzero_si512(); 4];
+            let mut hi = [_mm512_setzero_si512(); 4];
+            for c in 0..4 {
+                let v = _mm512_loadu_si512(base.add(96 + 64 * c) as *const _);
+                lo[c] = _mm512_or_si512(_mm512_and_si512(v, low), fifth(qh, 4 * c as i32));
+                hi[c] = _mm512_or_si512(
+                    _mm512_and_si512(_mm512_srli_epi16(v, 4), low),
+                    fifth(qh, 16 + 4 * c as i32),
+                );
+            }
+            for j in 0..TN {
+                let tb = (t0 + j) * nb + b;
+                let x = act.qs.as_ptr().add(tb * 32) as *const i32;
+                let mut isum = _mm512_set1_epi32(-16 * xsum[tb]);
+                for c in 0..4 {
+                    isum = _mm512_dpbusd_epi32(
+                        isum,
+                        lo[c],
+                        _mm512_set1_epi32(std::ptr::read_unaligned(x.add(c))),
+                    );
+                    isum = _mm512_dpbusd_epi32(
+                        isum,
+                        hi[c],
+                        _mm512_set1_epi32(std::ptr::read_unaligned(x.add(4 + c))),
+                    );
+                }
+                let scale = _mm512_mul_ps(dw, _mm512_set1_ps(act.d[tb]));
+                acc[j] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum), scale, acc[j]);
+            }
+        }
+        for j in 0..TN {
+            _mm512_storeu_ps(res[j].as_mut_ptr(), acc[j]);
+        }
+    }
 }
 
 #[cfg(test)]
@@ -326,6 +436,8 @@ mod tests {
             (GgmlType::Q4_1, 16, 1536, 1),
             (GgmlType::Q8_0, 37, 576, 5),
             (GgmlType::Q8_0, 3, 64, 1),
+            (GgmlType::Q5_0, 37, 576, 5),
+            (GgmlType::Q5_0, 16, 1536, 1),
         ] {
             let bytes = super::super::test_matrix(ty, n, k, 3);
             let w = QMat::new(ty, n, k, &bytes).unwrap();
@@ -344,6 +456,7 @@ mod tests {
                     let want = match ty {
                         GgmlType::Q4_0 => dot_q4_0_ref(w.row(r), &a),
                         GgmlType::Q4_1 => dot_q4_1_ref(w.row(r), &a),
+                        GgmlType::Q5_0 => crate::kernels::qdot_q5::dot_q5_0_ref(w.row(r), &a),
                         _ => dot_q8_0_ref(w.row(r), &a),
                     };
                     let got = y[i * n + r];
