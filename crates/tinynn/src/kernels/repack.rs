@@ -17,18 +17,25 @@ use crate::quant::GgmlType;
 
 /// Rows per group (the lanes of a 512-bit vector of i32).
 const G: usize = 16;
-/// Bytes per group and block: 16 f16 scales, for Q4_1 16 f16 mins, and 4 x 64 nibble bytes,
-/// so the packed copy is exactly as large as the original.
-fn group_block_bytes(ty: GgmlType) -> usize {
+/// What a type's block holds for the kernel: the bytes per row of the field after the 16
+/// scales (Q4_1's min, Q5_0's fifth bits, Q8_0's sum of weights; none for Q4_0), where the
+/// quants start in the block, and how many 4-byte chunks of quants a row has per block.
+fn layout(ty: GgmlType) -> (usize, usize, usize) {
     match ty {
-        GgmlType::Q4_1 => 32 + 32 + 256,
-        // scales, each row's sum of weights (i16), 8 x 64 weight bytes
-        GgmlType::Q8_0 => 32 + 32 + 512,
-        // scales, each row's 32 fifth bits, 4 x 64 nibble bytes
-        GgmlType::Q5_0 => 32 + 64 + 256,
-        _ => 32 + 256,
+        GgmlType::Q4_1 => (2, 4, 4),
+        GgmlType::Q5_0 => (4, 6, 4),
+        GgmlType::Q8_0 => (2, 2, 8),
+        _ => (0, 2, 4),
     }
 }
+
+/// Bytes per group and block: 16 f16 scales, the 16 rows' extra field, the 16 rows' chunks.
+/// For the 4-bit types this is exactly the original's size.
+fn group_block_bytes(ty: GgmlType) -> usize {
+    let (extra, _, chunks) = layout(ty);
+    32 + G * extra + chunks * 64
+}
+
 /// Tokens per tile in prefill.
 const TT: usize = 4;
 
@@ -48,7 +55,8 @@ pub fn has_packed_kernel() -> bool {
 }
 
 impl PackedQ4 {
-    /// Repack `w` when it is Q4_0 or Q4_1 with whole 32-blocks and this CPU has the kernel.
+    /// Repack `w` when it is Q4_0, Q4_1, Q5_0 or Q8_0 with whole 32-blocks and this CPU has
+    /// the kernel.
     pub fn new(w: &QMat) -> Option<Self> {
         let ok = matches!(
             w.ty,
@@ -58,18 +66,8 @@ impl PackedQ4 {
             return None;
         }
         let (nb, groups, gb) = (w.cols / 32, w.rows.div_ceil(G), group_block_bytes(w.ty));
-        if w.ty == GgmlType::Q8_0 {
-            return Some(Self::new_q8_0(w, nb, groups, gb));
-        }
-        if w.ty == GgmlType::Q5_0 {
-            return Some(Self::new_q5_0(w, nb, groups, gb));
-        }
-        // Q4_0: d, then 16 nibble bytes; Q4_1: d, m, then 16 nibble bytes
-        let (size, qs_at, mins) = if w.ty == GgmlType::Q4_1 {
-            (20, 4, 32)
-        } else {
-            (18, 2, 0)
-        };
+        let (extra, qs_at, chunks) = layout(w.ty);
+        let size = w.ty.type_size();
         let mut data = vec![0u8; groups * nb * gb];
         for r in 0..w.rows {
             let (g, lane) = (r / G, r % G);
@@ -78,11 +76,17 @@ impl PackedQ4 {
                 let blk = &row[b * size..(b + 1) * size];
                 let at = (g * nb + b) * gb;
                 data[at + 2 * lane..at + 2 * lane + 2].copy_from_slice(&blk[0..2]);
-                if mins > 0 {
-                    data[at + 32 + 2 * lane..at + 32 + 2 * lane + 2].copy_from_slice(&blk[2..4]);
+                let field = &mut data[at + 32 + extra * lane..at + 32 + extra * (lane + 1)];
+                if w.ty == GgmlType::Q8_0 {
+                    // activations enter vpdpbusd as x + 128 against the signed weights; the
+                    // kernel takes 128 * sum(w) off again
+                    let sum = blk[2..34].iter().map(|v| *v as i8 as i16).sum::<i16>();
+                    field.copy_from_slice(&sum.to_le_bytes());
+                } else {
+                    field.copy_from_slice(&blk[2..2 + extra]);
                 }
-                for c in 0..4 {
-                    let o = at + 32 + mins + c * 64 + 4 * lane;
+                for c in 0..chunks {
+                    let o = at + 32 + G * extra + c * 64 + 4 * lane;
                     data[o..o + 4].copy_from_slice(&blk[qs_at + 4 * c..qs_at + 4 * c + 4]);
                 }
             }
@@ -94,62 +98,6 @@ impl PackedQ4 {
             gb,
             data,
         })
-    }
-
-    /// Q8_0: scales, then each row's sum of weights (activations enter `vpdpbusd` as x + 128,
-    /// an unsigned byte, against the signed weights; 128 * sum(w) is taken off again), then 8
-    /// chunks of 4 weights per row.
-    fn new_q8_0(w: &QMat, nb: usize, groups: usize, gb: usize) -> Self {
-        let mut data = vec![0u8; groups * nb * gb];
-        for r in 0..w.rows {
-            let (g, lane) = (r / G, r % G);
-            let row = w.row(r);
-            for b in 0..nb {
-                let blk = &row[b * 34..(b + 1) * 34];
-                let at = (g * nb + b) * gb;
-                data[at + 2 * lane..at + 2 * lane + 2].copy_from_slice(&blk[0..2]);
-                let sum = blk[2..34].iter().map(|v| *v as i8 as i16).sum::<i16>();
-                data[at + 32 + 2 * lane..at + 32 + 2 * lane + 2]
-                    .copy_from_slice(&sum.to_le_bytes());
-                for c in 0..8 {
-                    let o = at + 64 + c * 64 + 4 * lane;
-                    data[o..o + 4].copy_from_slice(&blk[2 + 4 * c..2 + 4 * c + 4]);
-                }
-            }
-        }
-        Self {
-            ty: w.ty,
-            rows: w.rows,
-            cols: w.cols,
-            gb,
-            data,
-        }
-    }
-
-    /// Q5_0: scales, then each row's 32 fifth bits (as in the block), then the nibbles.
-    fn new_q5_0(w: &QMat, nb: usize, groups: usize, gb: usize) -> Self {
-        let mut data = vec![0u8; groups * nb * gb];
-        for r in 0..w.rows {
-            let (g, lane) = (r / G, r % G);
-            let row = w.row(r);
-            for b in 0..nb {
-                let blk = &row[b * 22..(b + 1) * 22];
-                let at = (g * nb + b) * gb;
-                data[at + 2 * lane..at + 2 * lane + 2].copy_from_slice(&blk[0..2]);
-                data[at + 32 + 4 * lane..at + 32 + 4 * lane + 4].copy_from_slice(&blk[2..6]);
-                for c in 0..4 {
-                    let o = at + 96 + c * 64 + 4 * lane;
-                    data[o..o + 4].copy_from_slice(&blk[6 + 4 * c..6 + 4 * c + 4]);
-                }
-            }
-        }
-        Self {
-            ty: w.ty,
-            rows: w.rows,
-            cols: w.cols,
-            gb,
-            data,
-        }
     }
 
     pub fn groups(&self) -> usize {
