@@ -194,7 +194,7 @@ impl Model {
             .iter_mut()
             .map(|c| Span {
                 pos0: c.pos,
-                cache: &mut **c,
+                cache: c,
                 len: 1,
             })
             .collect();
