@@ -25,6 +25,49 @@ pub fn exp_approx(x: f32) -> f32 {
     p * f32::from_bits(((ni + 127) << 23) as u32)
 }
 
+/// Largest element (NEG_INFINITY for none), over 16 independent lanes so that it vectorises.
+#[inline(always)]
+pub(crate) fn max16(x: &[f32]) -> f32 {
+    let mut acc = [f32::NEG_INFINITY; 16];
+    let c = x.chunks_exact(16);
+    let mut m = c
+        .remainder()
+        .iter()
+        .fold(f32::NEG_INFINITY, |a, v| a.max(*v));
+    for ch in c {
+        for i in 0..16 {
+            acc[i] = acc[i].max(ch[i]);
+        }
+    }
+    for a in acc {
+        m = m.max(a);
+    }
+    m
+}
+
+/// `x = exp(x - m)` in place; returns the sum, over 16 lanes in a fixed order.
+#[inline(always)]
+pub(crate) fn exp_sum16(x: &mut [f32], m: f32) -> f32 {
+    let mut acc = [0f32; 16];
+    let mut c = x.chunks_exact_mut(16);
+    for ch in &mut c {
+        for i in 0..16 {
+            let e = exp_approx(ch[i] - m);
+            ch[i] = e;
+            acc[i] += e;
+        }
+    }
+    let mut s = 0f32;
+    for v in c.into_remainder() {
+        *v = exp_approx(*v - m);
+        s += *v;
+    }
+    for i in 0..8 {
+        acc[i] += acc[i + 8];
+    }
+    s + ((acc[0] + acc[4]) + (acc[1] + acc[5])) + ((acc[2] + acc[6]) + (acc[3] + acc[7]))
+}
+
 const SQRT_2_OVER_PI: f32 = 0.797_884_6;
 const GELU_C: f32 = 0.044_715;
 

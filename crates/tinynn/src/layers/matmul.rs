@@ -5,7 +5,7 @@
 //!
 //! Shapes: X (N, K), W (M, K) row-major as GGUF stores a (out, in) matrix, Y (N, M).
 
-use gemm::Parallelism;
+pub(crate) use gemm::Parallelism;
 
 /// Products smaller than this many multiply-adds run on one thread: below it, rayon's
 /// fork/join costs more than it saves.
@@ -38,6 +38,35 @@ unsafe fn raw(
     rhs_cs: isize,
     rhs_rs: isize,
 ) {
+    let par = parallelism(m, n, k);
+    gemm_strided(
+        m, n, k, dst, dst_rs, acc, lhs, lhs_cs, lhs_rs, rhs, rhs_cs, rhs_rs, 1.0, par,
+    )
+}
+
+/// `dst (m, n) = acc * dst + beta * lhs (m, k) * rhs (k, n)`, all with element strides
+/// (column, row), dst with unit column stride; `par` as the `gemm` crate takes it.
+///
+/// # Safety
+/// Every pointer must be valid for the elements its strides and sizes reach, and dst must
+/// not overlap the inputs.
+#[allow(clippy::too_many_arguments)]
+pub(crate) unsafe fn gemm_strided(
+    m: usize,
+    n: usize,
+    k: usize,
+    dst: *mut f32,
+    dst_rs: isize,
+    acc: bool,
+    lhs: *const f32,
+    lhs_cs: isize,
+    lhs_rs: isize,
+    rhs: *const f32,
+    rhs_cs: isize,
+    rhs_rs: isize,
+    beta: f32,
+    par: Parallelism,
+) {
     if m == 0 || n == 0 {
         return;
     }
@@ -65,11 +94,11 @@ unsafe fn raw(
         rhs_cs,
         rhs_rs,
         if acc { 1.0 } else { 0.0 },
-        1.0,
+        beta,
         false,
         false,
         false,
-        parallelism(m, n, k),
+        par,
     )
 }
 

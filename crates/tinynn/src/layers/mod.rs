@@ -10,6 +10,7 @@
 
 pub mod act;
 pub mod attention;
+mod attention_tiles;
 pub mod cross_entropy;
 pub mod embedding;
 pub mod layernorm;

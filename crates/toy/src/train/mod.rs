@@ -6,6 +6,7 @@ mod block;
 mod config;
 mod model;
 mod params;
+mod shard;
 
 pub use config::{ModelConfig, TrainArch, TrainError};
 pub use model::TrainModel;
