@@ -9,14 +9,18 @@ use super::params::ParamInfo;
 use super::shard::{Net, Shard};
 use super::{ModelConfig, TrainArch, TrainError};
 use std::ops::Range;
+use tinynn::layers::matmul::with_serial_products;
 
-/// Models whose biggest matrix product per step is under this many multiply-adds split each
-/// batch in two shards that run forward and backward at the same time, each on one thread
-/// with its own gradient buffer, summed after. Their per-layer products are too small to
-/// split among threads one at a time (rayon's fork/join per op would dominate). Bigger models
-/// run one shard and parallelise inside each product. The choice depends on the shapes only,
-/// never on the thread count, so results are the same bits on any number of threads.
-const SHARD_BELOW_MACS: usize = 1 << 26;
+/// A batch of two or more sequences is split in two shards that run forward and backward at
+/// the same time, each on its own thread with its own gradient buffer, summed after: one
+/// join per step instead of a fork/join per layer, and on a busy machine a descheduled thread
+/// delays one join, not every layer. The products inside a shard run on one thread, whose
+/// kernels are at full speed from a few hundred rows. The second gradient buffer costs one
+/// copy of the parameters, so models over `SHARD_MAX_PARAMS` run one shard and parallelise
+/// inside each product instead. The choice depends on the shapes only, never on the thread
+/// count, and the `gemm` crate splits no sums among threads, so results are the same bits
+/// on any number of threads.
+const SHARD_MAX_PARAMS: usize = 1 << 25;
 
 pub struct TrainModel {
     pub cfg: ModelConfig,
@@ -70,8 +74,7 @@ impl TrainModel {
                 expected: net.layout.total,
             });
         }
-        let biggest = batch * cfg.ctx * cfg.d_model * cfg.vocab.max(cfg.d_ff).max(3 * cfg.d_model);
-        let n_shards = if batch >= 2 && biggest < SHARD_BELOW_MACS {
+        let n_shards = if batch >= 2 && params.len() <= SHARD_MAX_PARAMS {
             2
         } else {
             1
@@ -155,23 +158,23 @@ impl TrainModel {
         match rest.first_mut() {
             Some(second) if b > b0 => {
                 let n0 = b0 * t;
-                let g2 = &mut self.grads2;
-                if grad {
-                    g2.fill(0.0);
-                }
-                let (g1, g2) = (
-                    grad.then_some(&mut self.grads[..]),
-                    grad.then_some(&mut g2[..]),
-                );
+                // grads2 is all zeros between calls: the sum below clears what it reads
+                let g1 = grad.then_some(&mut self.grads[..]);
+                let g2 = grad.then_some(&mut self.grads2[..]);
                 let (l0, l1) = rayon::join(
-                    || one(&mut first[0], g1, &inputs[..n0], &targets[..n0], b0),
-                    || one(second, g2, &inputs[n0..], &targets[n0..], b - b0),
+                    || {
+                        with_serial_products(|| {
+                            one(&mut first[0], g1, &inputs[..n0], &targets[..n0], b0)
+                        })
+                    },
+                    || {
+                        with_serial_products(|| {
+                            one(second, g2, &inputs[n0..], &targets[n0..], b - b0)
+                        })
+                    },
                 );
                 if grad {
-                    self.grads
-                        .iter_mut()
-                        .zip(&self.grads2)
-                        .for_each(|(a, g)| *a += g);
+                    add_and_clear(&mut self.grads, &mut self.grads2);
                 }
                 l0 + l1
             }
@@ -229,4 +232,18 @@ impl TrainModel {
     pub fn arch(&self) -> TrainArch {
         self.cfg.arch
     }
+}
+
+/// `a += b; b = 0`, in parallel chunks.
+fn add_and_clear(a: &mut [f32], b: &mut [f32]) {
+    use rayon::prelude::*;
+    const CHUNK: usize = 1 << 15;
+    a.par_chunks_mut(CHUNK)
+        .zip(b.par_chunks_mut(CHUNK))
+        .for_each(|(a, b)| {
+            for (x, y) in a.iter_mut().zip(b.iter_mut()) {
+                *x += *y;
+                *y = 0.0;
+            }
+        });
 }
