@@ -1,0 +1,208 @@
+//! Causal self-attention with grouped-query heads (GQA, Ainslie et al. 2023), fused in the
+//! manner of FlashAttention (Dao et al. 2022): the forward walks the keys in blocks with an
+//! online softmax and keeps only the log-sum-exp of each query row; the backward recomputes
+//! the probabilities from it, so no (T, T) matrix is ever stored.
+//!
+//! Shapes: qkv (N, S) with N = B*T rows of S = (H + 2 Hkv) D: the H query heads, then Hkv key
+//! heads, then Hkv value heads, each of D. Query head h reads key/value head h / (H / Hkv).
+//! out (N, H*D), lse (B, H, T).
+
+use super::attention_tiles::{head_backward, head_forward, HeadJob};
+use super::SendPtr;
+use rayon::prelude::*;
+
+/// Largest head size accepted.
+pub const MAX_HEAD_DIM: usize = 256;
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Attention {
+    pub n_head: usize,
+    pub n_kv_head: usize,
+    pub head_dim: usize,
+}
+
+impl Attention {
+    pub fn new(n_head: usize, n_kv_head: usize, head_dim: usize) -> Self {
+        assert!(
+            n_kv_head > 0 && n_head % n_kv_head == 0,
+            "{n_kv_head} kv heads must divide {n_head} heads"
+        );
+        assert!(
+            head_dim <= MAX_HEAD_DIM,
+            "head size {head_dim} is over {MAX_HEAD_DIM}"
+        );
+        Self {
+            n_head,
+            n_kv_head,
+            head_dim,
+        }
+    }
+
+    /// Width S of a qkv row.
+    pub fn qkv_width(&self) -> usize {
+        (self.n_head + 2 * self.n_kv_head) * self.head_dim
+    }
+
+    fn job(&self, h: usize, t: usize) -> HeadJob {
+        let d = self.head_dim;
+        let g = h / (self.n_head / self.n_kv_head);
+        HeadJob {
+            stride: self.qkv_width(),
+            q: h * d,
+            k: (self.n_head + g) * d,
+            v: (self.n_head + self.n_kv_head + g) * d,
+            out_stride: self.n_head * d,
+            o: h * d,
+            d,
+            t,
+            scale: 1.0 / (d as f32).sqrt(),
+        }
+    }
+
+    /// qkv (B*T, S) -> out (B*T, H*D), saving lse (B, H, T). One task per (sequence, head).
+    pub fn forward(&self, qkv: &[f32], out: &mut [f32], lse: &mut [f32], b: usize, t: usize) {
+        let (s, hd, nh) = (self.qkv_width(), self.n_head * self.head_dim, self.n_head);
+        assert!(qkv.len() >= b * t * s && out.len() >= b * t * hd && lse.len() >= b * nh * t);
+        let out_ptr = SendPtr(out.as_mut_ptr());
+        lse[..b * nh * t]
+            .par_chunks_mut(t)
+            .enumerate()
+            .for_each(|(bh, lse)| {
+                let (bi, h) = (bh / nh, bh % nh);
+                let seq = &qkv[bi * t * s..(bi + 1) * t * s];
+                // SAFETY: the sequence's output rows start here and stay inside out (checked above).
+                let o = SendPtr(unsafe { out_ptr.get().add(bi * t * hd) });
+                head_forward(seq, self.job(h, t), o, lse);
+            });
+    }
+
+    /// From dout (B*T, H*D): dqkv (B*T, S) is overwritten with the gradient of qkv.
+    /// One task per (sequence, kv head) runs the query heads of its group in order.
+    #[allow(clippy::too_many_arguments)]
+    pub fn backward(
+        &self,
+        dout: &[f32],
+        qkv: &[f32],
+        out: &[f32],
+        lse: &[f32],
+        dqkv: &mut [f32],
+        b: usize,
+        t: usize,
+    ) {
+        let (s, hd, nh, nkv, d) = (
+            self.qkv_width(),
+            self.n_head * self.head_dim,
+            self.n_head,
+            self.n_kv_head,
+            self.head_dim,
+        );
+        assert!(dqkv.len() >= b * t * s && dout.len() >= b * t * hd && lse.len() >= b * nh * t);
+        let rep = nh / nkv;
+        let ptr = SendPtr(dqkv.as_mut_ptr());
+        (0..b * nkv).into_par_iter().for_each(|bg| {
+            let (bi, g) = (bg / nkv, bg % nkv);
+            // SAFETY: the sequence's rows of dqkv start here; this task touches only its kv
+            // head's k/v columns and its query heads' q columns.
+            let seq = SendPtr(unsafe { ptr.get().add(bi * t * s) });
+            let job0 = self.job(g * rep, t);
+            for i in 0..t {
+                // SAFETY: as above.
+                unsafe {
+                    std::slice::from_raw_parts_mut(seq.get().add(i * s + job0.k), d).fill(0.0);
+                    std::slice::from_raw_parts_mut(seq.get().add(i * s + job0.v), d).fill(0.0);
+                }
+            }
+            for h in g * rep..(g + 1) * rep {
+                let rows = bi * t..(bi + 1) * t;
+                head_backward(
+                    &dout[rows.start * hd..rows.end * hd],
+                    &qkv[rows.start * s..rows.end * s],
+                    &out[rows.start * hd..rows.end * hd],
+                    &lse[(bi * nh + h) * t..(bi * nh + h + 1) * t],
+                    self.job(h, t),
+                    seq,
+                );
+            }
+        });
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::kernels::test_data;
+    use crate::layers::gradcheck::{check, weighted_sum};
+
+    /// Plain softmax attention in f64, the reference.
+    fn naive(a: &Attention, qkv: &[f32], b: usize, t: usize) -> Vec<f64> {
+        let (s, d, nh) = (a.qkv_width(), a.head_dim, a.n_head);
+        let mut out = vec![0f64; b * t * nh * d];
+        for bi in 0..b {
+            for h in 0..nh {
+                let j = a.job(h, t);
+                for i in 0..t {
+                    let row = |r: usize, off: usize| {
+                        &qkv[(bi * t + r) * s + off..(bi * t + r) * s + off + d]
+                    };
+                    let sc: Vec<f64> = (0..=i)
+                        .map(|r| {
+                            row(i, j.q)
+                                .iter()
+                                .zip(row(r, j.k))
+                                .map(|(x, y)| *x as f64 * *y as f64)
+                                .sum::<f64>()
+                                * j.scale as f64
+                        })
+                        .collect();
+                    let m = sc.iter().cloned().fold(f64::NEG_INFINITY, f64::max);
+                    let z: f64 = sc.iter().map(|x| (x - m).exp()).sum();
+                    for (r, x) in sc.iter().enumerate() {
+                        for c in 0..d {
+                            out[(bi * t + i) * nh * d + h * d + c] +=
+                                (x - m).exp() / z * row(r, j.v)[c] as f64;
+                        }
+                    }
+                }
+            }
+        }
+        out
+    }
+
+    #[test]
+    fn attention_forward_matches_naive_softmax() {
+        // t > QB exercises several query tiles and the causal mask inside a tile
+        let a = Attention::new(4, 2, 8);
+        let (b, t) = (2, 70);
+        let qkv: Vec<f32> = test_data(b * t * a.qkv_width(), 1)
+            .iter()
+            .map(|v| 2.0 * v)
+            .collect();
+        let (mut out, mut lse) = (vec![0.0; b * t * 32], vec![0.0; b * 4 * t]);
+        a.forward(&qkv, &mut out, &mut lse, b, t);
+        let want = naive(&a, &qkv, b, t);
+        for (x, y) in out.iter().zip(&want) {
+            assert!((*x as f64 - y).abs() < 1e-5, "{x} vs {y}");
+        }
+    }
+
+    #[test]
+    fn attention_backward_matches_finite_differences() {
+        // one tile (t = 5) and several (t = 70 > QB)
+        for (b, t) in [(2, 5), (1, 70)] {
+            let a = Attention::new(4, 2, 4);
+            let s = a.qkv_width();
+            let qkv: Vec<f32> = test_data(b * t * s, 2).iter().map(|v| 2.0 * v).collect();
+            let dy = test_data(b * t * 16, 3);
+            let run = |qkv: &[f32]| {
+                let (mut out, mut lse) = (vec![0.0; b * t * 16], vec![0.0; b * 4 * t]);
+                a.forward(qkv, &mut out, &mut lse, b, t);
+                weighted_sum(&dy, &out)
+            };
+            let (mut out, mut lse) = (vec![0.0; b * t * 16], vec![0.0; b * 4 * t]);
+            a.forward(&qkv, &mut out, &mut lse, b, t);
+            let mut dqkv = vec![f32::NAN; b * t * s];
+            a.backward(&dy, &qkv, &out, &lse, &mut dqkv, b, t);
+            check("attention dqkv", &qkv, &dqkv, 1e-2, 2e-3, run);
+        }
+    }
+}

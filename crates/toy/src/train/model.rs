@@ -1,0 +1,249 @@
+//! The trainable transformer: embedding, blocks, final norm, head, fused cross-entropy.
+//! A step is `zero_grad`, `forward_backward` (forward keeping activations, then backward
+//! adding into `grads`), then the optimiser on `params` / `grads` (as llm.c's train loop).
+//! Every buffer is allocated in `init` for `batch` sequences of `ctx` tokens; a step
+//! allocates nothing. Results depend only on the inputs (not on the thread count).
+//! Letters: B sequences, T positions, N = B*T rows, C width, V vocabulary.
+
+use super::params::ParamInfo;
+use super::shard::{Net, Shard};
+use super::{ModelConfig, TrainArch, TrainError};
+use std::ops::Range;
+use tinynn::layers::matmul::with_serial_products;
+
+/// A batch of two or more sequences is split in two shards that run forward and backward at
+/// the same time, each on its own thread with its own gradient buffer, summed after: one
+/// join per step instead of a fork/join per layer, and on a busy machine a descheduled thread
+/// delays one join, not every layer. The products inside a shard run on one thread, whose
+/// kernels are at full speed from a few hundred rows. The second gradient buffer costs one
+/// copy of the parameters, so models over `SHARD_MAX_PARAMS` run one shard and parallelise
+/// inside each product instead. The choice depends on the shapes only, never on the thread
+/// count, and the `gemm` crate splits no sums among threads, so results are the same bits
+/// on any number of threads.
+const SHARD_MAX_PARAMS: usize = 1 << 25;
+
+pub struct TrainModel {
+    pub cfg: ModelConfig,
+    /// All parameters, laid out as `params_info` says.
+    pub params: Vec<f32>,
+    /// Their gradients, same layout; `forward_backward` adds into them.
+    pub grads: Vec<f32>,
+    net: Net,
+    /// Most sequences one call takes.
+    batch: usize,
+    /// Sequences per shard, and the shards (one or two).
+    shard_batch: usize,
+    shards: Vec<Shard>,
+    /// The second shard's gradients (empty with one shard).
+    grads2: Vec<f32>,
+}
+
+impl TrainModel {
+    /// Fresh weights from a seed (GPT-2/nanoGPT init), activations for `batch` sequences of
+    /// cfg.ctx tokens. Panics on a config `ModelConfig::validate` rejects (see `try_init`).
+    pub fn init(cfg: ModelConfig, batch: usize, seed: u64) -> Self {
+        match Self::try_init(cfg, batch, seed) {
+            Ok(m) => m,
+            Err(e) => panic!("{e}"),
+        }
+    }
+
+    /// `init` that returns config errors.
+    pub fn try_init(cfg: ModelConfig, batch: usize, seed: u64) -> Result<Self, TrainError> {
+        cfg.validate()?;
+        let params = super::params::Layout::new(&cfg).init(seed);
+        Self::from_params(cfg, batch, params)
+    }
+
+    /// Same layout as init, with given params (e.g. resumed). Errors if params.len() is wrong.
+    pub fn from_params(
+        cfg: ModelConfig,
+        batch: usize,
+        params: Vec<f32>,
+    ) -> Result<Self, TrainError> {
+        cfg.validate()?;
+        if batch == 0 || batch > 1 << 16 {
+            return Err(TrainError::Config(format!(
+                "batch {batch}, expected 1..=65536"
+            )));
+        }
+        let net = Net::new(&cfg);
+        if params.len() != net.layout.total {
+            return Err(TrainError::ParamCount {
+                got: params.len(),
+                expected: net.layout.total,
+            });
+        }
+        let n_shards = if batch >= 2 && params.len() <= SHARD_MAX_PARAMS {
+            2
+        } else {
+            1
+        };
+        let shard_batch = batch.div_ceil(n_shards);
+        let shards = (0..n_shards)
+            .map(|_| Shard::new(&net, shard_batch, cfg.ctx))
+            .collect();
+        Ok(Self {
+            grads: vec![0.0; params.len()],
+            grads2: if n_shards == 2 {
+                vec![0.0; params.len()]
+            } else {
+                Vec::new()
+            },
+            params,
+            net,
+            batch,
+            shard_batch,
+            shards,
+            cfg,
+        })
+    }
+
+    /// Every parameter tensor: GGUF name, dims, range in params / grads, whether it decays.
+    pub fn params_info(&self) -> &[ParamInfo] {
+        &self.net.layout.infos
+    }
+
+    /// The ranges AdamW decays (matrices; not norms, biases or embeddings), in order.
+    pub fn decay_ranges(&self) -> Vec<Range<usize>> {
+        self.net
+            .layout
+            .infos
+            .iter()
+            .filter(|i| i.decay)
+            .map(|i| i.range.clone())
+            .collect()
+    }
+
+    /// Most sequences one call takes.
+    pub fn batch(&self) -> usize {
+        self.batch
+    }
+
+    pub fn zero_grad(&mut self) {
+        self.grads.fill(0.0);
+    }
+
+    fn check_shape(&self, tokens: usize, b: usize, t: usize) {
+        assert!(
+            b >= 1 && b <= self.batch && t >= 1 && t <= self.cfg.ctx && tokens == b * t,
+            "{tokens} tokens as {b} sequences of {t}: expected 1..={} sequences of 1..={} tokens",
+            self.batch,
+            self.cfg.ctx
+        );
+    }
+
+    /// Forward (and with `grad_scale`, backward into the grads) of inputs (B, T) over the
+    /// shards; returns the sum of the row losses.
+    fn run(
+        &mut self,
+        inputs: &[u32],
+        targets: &[u32],
+        b: usize,
+        t: usize,
+        grad_scale: Option<f32>,
+    ) -> f64 {
+        let (p, net) = (&self.params, &self.net);
+        let one = |sh: &mut Shard, g: Option<&mut [f32]>, x: &[u32], y: &[u32], b: usize| -> f64 {
+            sh.forward(net, p, x, b, t);
+            let loss = sh.head_loss(net, p, y, b * t, grad_scale);
+            if let Some(g) = g {
+                sh.backward(net, p, g, x, b, t);
+            }
+            loss
+        };
+        let b0 = b.min(self.shard_batch);
+        let grad = grad_scale.is_some();
+        let (first, rest) = self.shards.split_at_mut(1);
+        match rest.first_mut() {
+            Some(second) if b > b0 => {
+                let n0 = b0 * t;
+                // grads2 is all zeros between calls: the sum below clears what it reads
+                let g1 = grad.then_some(&mut self.grads[..]);
+                let g2 = grad.then_some(&mut self.grads2[..]);
+                let (l0, l1) = rayon::join(
+                    || {
+                        with_serial_products(|| {
+                            one(&mut first[0], g1, &inputs[..n0], &targets[..n0], b0)
+                        })
+                    },
+                    || {
+                        with_serial_products(|| {
+                            one(second, g2, &inputs[n0..], &targets[n0..], b - b0)
+                        })
+                    },
+                );
+                if grad {
+                    add_and_clear(&mut self.grads, &mut self.grads2);
+                }
+                l0 + l1
+            }
+            _ => one(
+                &mut first[0],
+                grad.then_some(&mut self.grads[..]),
+                inputs,
+                targets,
+                b,
+            ),
+        }
+    }
+
+    /// inputs, targets: (B, T) row-major with B <= batch, T <= ctx. Forward + backward; ADDS
+    /// into self.grads (gradient accumulation is calling this several times between
+    /// zero_grad). Returns the mean loss; the gradient is that of the mean loss.
+    pub fn forward_backward(&mut self, inputs: &[u32], targets: &[u32], b: usize, t: usize) -> f32 {
+        self.forward_backward_scaled(inputs, targets, b, t, 1.0)
+    }
+
+    /// `forward_backward` with the gradient of `loss_scale` times the mean loss (e.g.
+    /// 1 / micro-batches, to average over gradient accumulation).
+    pub fn forward_backward_scaled(
+        &mut self,
+        inputs: &[u32],
+        targets: &[u32],
+        b: usize,
+        t: usize,
+        loss_scale: f32,
+    ) -> f32 {
+        self.check_shape(inputs.len(), b, t);
+        self.check_shape(targets.len(), b, t);
+        let n = b * t;
+        (self.run(inputs, targets, b, t, Some(loss_scale / n as f32)) / n as f64) as f32
+    }
+
+    /// Mean loss only (validation), grads untouched.
+    pub fn forward_loss(&mut self, inputs: &[u32], targets: &[u32], b: usize, t: usize) -> f32 {
+        self.check_shape(inputs.len(), b, t);
+        self.check_shape(targets.len(), b, t);
+        (self.run(inputs, targets, b, t, None) / (b * t) as f64) as f32
+    }
+
+    /// Logits (V) of the last position of one sequence `tokens` (len <= ctx), for sampling
+    /// during training.
+    pub fn logits_last(&mut self, tokens: &[u32]) -> &[f32] {
+        let t = tokens.len();
+        self.check_shape(t, 1, t);
+        let sh = &mut self.shards[0];
+        sh.forward(&self.net, &self.params, tokens, 1, t);
+        sh.logits_last(&self.net, &self.params, t)
+    }
+
+    /// Whether this is a gpt2 model (learned positions, biases).
+    pub fn arch(&self) -> TrainArch {
+        self.cfg.arch
+    }
+}
+
+/// `a += b; b = 0`, in parallel chunks.
+fn add_and_clear(a: &mut [f32], b: &mut [f32]) {
+    use rayon::prelude::*;
+    const CHUNK: usize = 1 << 15;
+    a.par_chunks_mut(CHUNK)
+        .zip(b.par_chunks_mut(CHUNK))
+        .for_each(|(a, b)| {
+            for (x, y) in a.iter_mut().zip(b.iter_mut()) {
+                *x += *y;
+                *y = 0.0;
+            }
+        });
+}
