@@ -2,5 +2,7 @@
 //! norms), and the ggml weight types. It knows nothing of language models.
 
 pub mod kernels;
+pub mod layers;
+pub mod optim;
 pub mod pool;
 pub mod quant;

@@ -9,3 +9,4 @@ pub mod infer;
 pub mod model;
 pub mod quantize;
 pub mod tokenizer;
+pub mod train;

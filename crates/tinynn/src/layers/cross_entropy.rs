@@ -1,0 +1,112 @@
+//! Fused softmax + cross-entropy: one pass per row of logits gives the row's loss
+//! `log(sum(exp(z))) - z[target]` and overwrites the logits with the gradient
+//! `(softmax(z) - onehot(target)) * scale`, so the probabilities are never stored apart.
+//! Shapes: logits (N, V), targets (N), losses (N).
+
+use super::act::exp_approx;
+use super::multiversion;
+use rayon::prelude::*;
+
+multiversion! {
+    /// Loss of one row; overwrites the row with its gradient times `scale` when `grad`.
+    fn row_loss(z: &mut [f32], target: usize, scale: f32, grad: bool) -> f32 {
+        let mut m = f32::NEG_INFINITY;
+        for &v in z.iter() {
+            m = m.max(v);
+        }
+        let zt = z[target];
+        let mut acc = [0f32; 16];
+        let mut chunks = z.chunks_exact_mut(16);
+        for c in &mut chunks {
+            for i in 0..16 {
+                let e = exp_approx(c[i] - m);
+                if grad {
+                    c[i] = e;
+                }
+                acc[i] += e;
+            }
+        }
+        let mut sum = 0f32;
+        for v in chunks.into_remainder() {
+            let e = exp_approx(*v - m);
+            if grad {
+                *v = e;
+            }
+            sum += e;
+        }
+        for a in acc {
+            sum += a;
+        }
+        if grad {
+            let k = scale / sum;
+            for v in z.iter_mut() {
+                *v *= k;
+            }
+            z[target] -= scale;
+        }
+        sum.ln() + m - zt
+    }
+}
+
+/// Per-row losses (N) of logits (N, V) against targets; if `grad_scale` is given, the logits
+/// become d(sum of losses * grad_scale)/d logits. Rows run in parallel blocks.
+pub fn cross_entropy(
+    logits: &mut [f32],
+    targets: &[u32],
+    losses: &mut [f32],
+    v: usize,
+    grad_scale: Option<f32>,
+) {
+    let n = targets.len();
+    let logits = &mut logits[..n * v];
+    let (grad, scale) = (grad_scale.is_some(), grad_scale.unwrap_or(0.0));
+    for &t in targets {
+        assert!(
+            (t as usize) < v,
+            "target {t} is outside the vocabulary of {v}"
+        );
+    }
+    let rows = (32768 / v).max(1);
+    logits
+        .par_chunks_mut(rows * v)
+        .zip(losses[..n].par_chunks_mut(rows))
+        .zip(targets.par_chunks(rows))
+        .for_each(|((z, l), t)| {
+            for ((row, loss), &tg) in z.chunks_exact_mut(v).zip(l.iter_mut()).zip(t) {
+                *loss = row_loss(row, tg as usize, scale, grad);
+            }
+        });
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::kernels::test_data;
+    use crate::layers::gradcheck::check;
+
+    #[test]
+    fn cross_entropy_gradient_matches_finite_differences() {
+        let (n, v) = (3, 37);
+        let z: Vec<f32> = test_data(n * v, 1).iter().map(|x| 3.0 * x).collect();
+        let targets = [5u32, 0, 36];
+        let mut losses = vec![0.0; n];
+        let run = |z: &[f32]| {
+            let mut z = z.to_vec();
+            let mut l = vec![0.0; n];
+            cross_entropy(&mut z, &targets, &mut l, v, None);
+            l.iter().map(|x| *x as f64).sum::<f64>() * 0.5
+        };
+        let mut g = z.clone();
+        cross_entropy(&mut g, &targets, &mut losses, v, Some(0.5));
+        check("cross-entropy", &z, &g, 1e-2, 1e-3, run);
+        // the loss of a row is -log softmax at the target
+        let row = &z[..v];
+        let lse = row.iter().map(|x| (*x as f64).exp()).sum::<f64>().ln();
+        assert!((losses[0] as f64 - (lse - row[5] as f64)).abs() < 1e-5);
+        // uniform logits give ln V
+        let mut u = vec![0.25; v];
+        let mut l = [0.0];
+        cross_entropy(&mut u, &[3], &mut l, v, None);
+        assert!((l[0] - (v as f32).ln()).abs() < 1e-5);
+    }
+}

@@ -1,0 +1,211 @@
+//! The three matrix products of a linear layer, through the `gemm` crate (runtime-dispatched
+//! AVX-512 / AVX2 microkernels): forward `Y = X W^T`, backward `dX = dY W` and `dW += dY^T X`.
+//! Accumulation happens inside gemm (`dst = alpha dst + beta A B` with alpha 1), so gradients
+//! are never zeroed into a scratch and added afterwards.
+//!
+//! Shapes: X (N, K), W (M, K) row-major as GGUF stores a (out, in) matrix, Y (N, M).
+
+use gemm::Parallelism;
+
+/// Products smaller than this many multiply-adds run on one thread: below it, rayon's
+/// fork/join costs more than it saves.
+const PAR_MIN_FLOPS: usize = 1 << 21;
+
+fn parallelism(m: usize, n: usize, k: usize) -> Parallelism {
+    if m * n * k >= PAR_MIN_FLOPS && rayon::current_num_threads() > 1 {
+        Parallelism::Rayon(0)
+    } else {
+        Parallelism::None
+    }
+}
+
+/// `dst (m, n) = acc * dst + lhs (m, k) * rhs (k, n)` with element strides (column, row).
+///
+/// # Safety
+/// Every pointer must be valid for the elements its strides and sizes reach.
+#[allow(clippy::too_many_arguments)]
+unsafe fn raw(
+    m: usize,
+    n: usize,
+    k: usize,
+    dst: *mut f32,
+    dst_rs: isize,
+    acc: bool,
+    lhs: *const f32,
+    lhs_cs: isize,
+    lhs_rs: isize,
+    rhs: *const f32,
+    rhs_cs: isize,
+    rhs_rs: isize,
+) {
+    if m == 0 || n == 0 {
+        return;
+    }
+    if k == 0 {
+        // gemm leaves dst alone when k = 0; an overwrite must still clear it
+        if !acc {
+            for i in 0..m {
+                std::slice::from_raw_parts_mut(dst.offset(i as isize * dst_rs), n).fill(0.0);
+            }
+        }
+        return;
+    }
+    gemm::gemm(
+        m,
+        n,
+        k,
+        dst,
+        1,
+        dst_rs,
+        acc,
+        lhs,
+        lhs_cs,
+        lhs_rs,
+        rhs,
+        rhs_cs,
+        rhs_rs,
+        if acc { 1.0 } else { 0.0 },
+        1.0,
+        false,
+        false,
+        false,
+        parallelism(m, n, k),
+    )
+}
+
+/// `y (N, M) (+)= x (N, K) w^T` for w (M, K); adds into y when `acc`.
+pub fn matmul_xwt(y: &mut [f32], x: &[f32], w: &[f32], n: usize, k: usize, m: usize, acc: bool) {
+    assert!(
+        x.len() >= n * k && w.len() >= m * k && y.len() >= n * m,
+        "matmul_xwt shapes"
+    );
+    // SAFETY: the lengths were checked above; rhs(kk, j) = w[j*K + kk].
+    unsafe {
+        raw(
+            n,
+            m,
+            k,
+            y.as_mut_ptr(),
+            m as isize,
+            acc,
+            x.as_ptr(),
+            1,
+            k as isize,
+            w.as_ptr(),
+            k as isize,
+            1,
+        )
+    }
+}
+
+/// `dx (N, K) (+)= dy (N, M) w` for w (M, K); adds into dx when `acc`.
+pub fn matmul_dyw(dx: &mut [f32], dy: &[f32], w: &[f32], n: usize, k: usize, m: usize, acc: bool) {
+    assert!(
+        dy.len() >= n * m && w.len() >= m * k && dx.len() >= n * k,
+        "matmul_dyw shapes"
+    );
+    // SAFETY: the lengths were checked above; rhs(j, kk) = w[j*K + kk].
+    unsafe {
+        raw(
+            n,
+            k,
+            m,
+            dx.as_mut_ptr(),
+            k as isize,
+            acc,
+            dy.as_ptr(),
+            1,
+            m as isize,
+            w.as_ptr(),
+            1,
+            k as isize,
+        )
+    }
+}
+
+/// `dw (M, K) += dy^T x` for dy (N, M), x (N, K): the weight gradient, always accumulated.
+pub fn matmul_dytx(dw: &mut [f32], dy: &[f32], x: &[f32], n: usize, k: usize, m: usize) {
+    assert!(
+        dy.len() >= n * m && x.len() >= n * k && dw.len() >= m * k,
+        "matmul_dytx shapes"
+    );
+    // SAFETY: the lengths were checked above; lhs(j, i) = dy[i*M + j], rhs(i, kk) = x[i*K + kk].
+    unsafe {
+        raw(
+            m,
+            k,
+            n,
+            dw.as_mut_ptr(),
+            k as isize,
+            true,
+            dy.as_ptr(),
+            m as isize,
+            1,
+            x.as_ptr(),
+            1,
+            k as isize,
+        )
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::kernels::test_data;
+
+    fn naive(
+        a: impl Fn(usize, usize) -> f32,
+        b: impl Fn(usize, usize) -> f32,
+        m: usize,
+        n: usize,
+        k: usize,
+    ) -> Vec<f32> {
+        let mut out = vec![0f32; m * n];
+        for i in 0..m {
+            for j in 0..n {
+                out[i * n + j] = (0..k)
+                    .map(|p| (a(i, p) as f64) * (b(p, j) as f64))
+                    .sum::<f64>() as f32;
+            }
+        }
+        out
+    }
+
+    fn close(a: &[f32], b: &[f32]) {
+        for (x, y) in a.iter().zip(b) {
+            assert!((x - y).abs() < 1e-4 * (1.0 + y.abs()), "{x} vs {y}");
+        }
+    }
+
+    #[test]
+    fn three_products_match_naive_and_accumulate() {
+        let (n, k, m) = (37, 19, 23);
+        let x = test_data(n * k, 1);
+        let w = test_data(m * k, 2);
+        let dy = test_data(n * m, 3);
+        let mut y = test_data(n * m, 4);
+        matmul_xwt(&mut y, &x, &w, n, k, m, false);
+        close(
+            &y,
+            &naive(|i, p| x[i * k + p], |p, j| w[j * k + p], n, m, k),
+        );
+        let mut dx = vec![1.0; n * k];
+        matmul_dyw(&mut dx, &dy, &w, n, k, m, true);
+        let want: Vec<f32> = naive(|i, p| dy[i * m + p], |p, j| w[p * k + j], n, k, m)
+            .iter()
+            .map(|v| v + 1.0)
+            .collect();
+        close(&dx, &want);
+        let mut dw = vec![2.0; m * k];
+        matmul_dytx(&mut dw, &dy, &x, n, k, m);
+        let want: Vec<f32> = naive(|j, i| dy[i * m + j], |i, p| x[i * k + p], m, k, n)
+            .iter()
+            .map(|v| v + 2.0)
+            .collect();
+        close(&dw, &want);
+        // an empty inner dimension clears an overwritten output
+        let mut z = vec![5.0; 4];
+        matmul_xwt(&mut z, &[], &[], 2, 0, 2, false);
+        assert_eq!(z, vec![0.0; 4]);
+    }
+}

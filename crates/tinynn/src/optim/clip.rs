@@ -1,0 +1,67 @@
+//! Global L2-norm gradient clipping (Pascanu et al. 2013), as PyTorch's `clip_grad_norm_`:
+//! grads are scaled by max_norm / (norm + 1e-6) when the norm is over max_norm.
+
+use super::CHUNK;
+use rayon::prelude::*;
+
+/// The L2 norm of all grads, summed per chunk in f64 and the chunks in order (deterministic).
+pub fn grad_norm(grads: &[f32]) -> f32 {
+    if grads.len() <= CHUNK {
+        return sum_sq(grads).sqrt() as f32;
+    }
+    // rayon's own sum would add in an order that depends on work stealing; one f64 per chunk
+    // (a few hundred bytes for millions of params) keeps the order fixed
+    let parts: Vec<f64> = grads.par_chunks(CHUNK).map(sum_sq).collect();
+    parts.iter().sum::<f64>().sqrt() as f32
+}
+
+fn sum_sq(x: &[f32]) -> f64 {
+    let mut acc = [0f32; 16];
+    let c = x.chunks_exact(16);
+    let tail: f64 = c
+        .remainder()
+        .iter()
+        .map(|v| (*v as f64) * (*v as f64))
+        .sum();
+    for ch in c {
+        for i in 0..16 {
+            acc[i] += ch[i] * ch[i];
+        }
+    }
+    tail + acc.iter().map(|v| *v as f64).sum::<f64>()
+}
+
+/// Scale grads so their global L2 norm is at most max_norm (if max_norm > 0); returns the
+/// norm before clipping.
+pub fn clip_grad_norm(grads: &mut [f32], max_norm: f32) -> f32 {
+    let norm = grad_norm(grads);
+    if max_norm > 0.0 && norm > max_norm {
+        let k = max_norm / (norm + 1e-6);
+        grads
+            .par_chunks_mut(CHUNK)
+            .for_each(|c| c.iter_mut().for_each(|g| *g *= k));
+    }
+    norm
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn clip_scales_to_max_norm_and_reports_the_norm_before() {
+        let mut g = vec![3.0f32, 4.0];
+        assert_eq!(clip_grad_norm(&mut g, 10.0), 5.0);
+        assert_eq!(g, vec![3.0, 4.0], "under the limit nothing changes");
+        let n = clip_grad_norm(&mut g, 1.0);
+        assert_eq!(n, 5.0);
+        assert!((g[0] - 0.6).abs() < 1e-6 && (g[1] - 0.8).abs() < 1e-6);
+        let mut g = vec![3.0f32, 4.0];
+        clip_grad_norm(&mut g, 0.0);
+        assert_eq!(g, vec![3.0, 4.0], "max_norm 0 disables clipping");
+        // many chunks: the norm of n ones is sqrt(n)
+        let mut big = vec![1.0f32; CHUNK * 3 + 7];
+        let want = ((CHUNK * 3 + 7) as f32).sqrt();
+        assert!((clip_grad_norm(&mut big, 0.0) - want).abs() < 1e-3);
+    }
+}

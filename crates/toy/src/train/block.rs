@@ -1,0 +1,390 @@
+//! One transformer block, forward and backward, for both families (pre-norm, as llama.cpp's
+//! `llm_build_llama` / `llm_build_gpt2` and nanoGPT's `Block`):
+//!   xm  = x  + attn_output(attention(rope(qkv(norm(x) * s))))
+//!   out = xm + ffn_down(act(ffn_up(norm(xm) * s)))
+//! with s the depth scale. llama: RMSNorm, RoPE, GQA, SwiGLU, no biases; gpt2: LayerNorm,
+//! no RoPE, GELU, biases. Letters: N = B*T rows, C width, S qkv width, F MLP width.
+
+use super::params::BlockRanges;
+use super::{ModelConfig, TrainArch};
+use std::ops::Range;
+use tinynn::layers::act::{gelu_backward, gelu_forward, swiglu_backward, swiglu_forward};
+use tinynn::layers::attention::Attention;
+use tinynn::layers::layernorm::LayerNorm;
+use tinynn::layers::linear::Linear;
+use tinynn::layers::rmsnorm::RmsNorm;
+use tinynn::layers::rope::Rope;
+
+/// The norm of a family: RMSNorm (weight) or LayerNorm (weight and bias).
+#[derive(Clone, Copy, Debug)]
+pub(crate) enum Norm {
+    Rms(RmsNorm),
+    Layer(LayerNorm),
+}
+
+impl Norm {
+    pub fn new(cfg: &ModelConfig) -> Self {
+        match cfg.arch {
+            TrainArch::Llama => Norm::Rms(RmsNorm::new(cfg.d_model, cfg.norm_eps)),
+            TrainArch::Gpt2 => Norm::Layer(LayerNorm::new(cfg.d_model, cfg.norm_eps)),
+        }
+    }
+
+    /// x (N, C) -> out (N, C), saving mean (LayerNorm only) and rstd (N).
+    #[allow(clippy::too_many_arguments)]
+    pub fn forward(
+        &self,
+        x: &[f32],
+        w: &[f32],
+        b: Option<&[f32]>,
+        scale: f32,
+        out: &mut [f32],
+        mean: &mut [f32],
+        rstd: &mut [f32],
+        n: usize,
+    ) {
+        match (self, b) {
+            (Norm::Rms(r), _) => r.forward(x, w, scale, out, rstd, n),
+            (Norm::Layer(l), Some(b)) => l.forward(x, w, b, scale, out, mean, rstd, n),
+            (Norm::Layer(_), None) => unreachable!("layouts give every LayerNorm a bias"),
+        }
+    }
+
+    /// Adds the input gradient into dx and the parameter gradients into dw (and db).
+    #[allow(clippy::too_many_arguments)]
+    pub fn backward(
+        &self,
+        dy: &[f32],
+        x: &[f32],
+        w: &[f32],
+        scale: f32,
+        mean: &[f32],
+        rstd: &[f32],
+        dx: &mut [f32],
+        dw: &mut [f32],
+        db: Option<&mut [f32]>,
+        n: usize,
+    ) {
+        match (self, db) {
+            (Norm::Rms(r), _) => r.backward(dy, x, w, scale, rstd, dx, dw, n),
+            (Norm::Layer(l), Some(db)) => l.backward(dy, x, w, scale, mean, rstd, dx, dw, db, n),
+            (Norm::Layer(_), None) => unreachable!("layouts give every LayerNorm a bias"),
+        }
+    }
+}
+
+/// What one block keeps from its forward for the backward, for up to N rows.
+pub(crate) struct BlockActs {
+    /// Residual stream into the block (N, C).
+    pub x: Vec<f32>,
+    /// Normalised inputs of attention and MLP (N, C), their means and rstds (N).
+    pub h1: Vec<f32>,
+    pub mean1: Vec<f32>,
+    pub rstd1: Vec<f32>,
+    pub h2: Vec<f32>,
+    pub mean2: Vec<f32>,
+    pub rstd2: Vec<f32>,
+    /// q, k, v after RoPE (N, S).
+    pub qkv: Vec<f32>,
+    /// Attention output (N, H*D) and its log-sum-exp per query row (B, H, T).
+    pub att: Vec<f32>,
+    pub lse: Vec<f32>,
+    /// Residual stream after attention (N, C).
+    pub xm: Vec<f32>,
+    /// MLP pre-activation: llama gate|up (N, 2F), gpt2 up (N, F); activation (N, F).
+    pub ff: Vec<f32>,
+    pub act: Vec<f32>,
+}
+
+/// Gradient buffers the blocks share during the backward.
+pub(crate) struct Scratch {
+    /// Gradient of the residual stream (N, C): of a block's output on entry, of its input on exit.
+    pub dx: Vec<f32>,
+    pub dh: Vec<f32>,
+    pub dqkv: Vec<f32>,
+    pub datt: Vec<f32>,
+    pub dff: Vec<f32>,
+    pub dact: Vec<f32>,
+}
+
+/// The mutable gradient of a weight and of its bias (the bias sits after the weight).
+fn grad2<'a>(
+    g: &'a mut [f32],
+    w: &Range<usize>,
+    b: &Option<Range<usize>>,
+) -> (&'a mut [f32], Option<&'a mut [f32]>) {
+    match b {
+        None => (&mut g[w.clone()], None),
+        Some(b) => {
+            assert!(b.start >= w.end, "bias laid out after its weight");
+            let (lo, hi) = g.split_at_mut(b.start);
+            (&mut lo[w.clone()], Some(&mut hi[..b.len()]))
+        }
+    }
+}
+
+fn opt<'a>(p: &'a [f32], r: &Option<Range<usize>>) -> Option<&'a [f32]> {
+    r.as_ref().map(|r| &p[r.clone()])
+}
+
+pub(crate) struct Block {
+    pub r: BlockRanges,
+    arch: TrainArch,
+    c: usize,
+    f: usize,
+    /// Depth scale of the normalised inputs (1 without depth scaling).
+    scale: f32,
+    norm: Norm,
+    attn: Attention,
+    qkv: Linear,
+    attn_output: Linear,
+    ffn_up: Linear,
+    ffn_down: Linear,
+}
+
+impl Block {
+    pub fn new(cfg: &ModelConfig, l: usize, r: BlockRanges) -> Self {
+        let (c, f, d) = (cfg.d_model, cfg.d_ff, cfg.head_dim());
+        let attn = Attention::new(cfg.n_head, cfg.n_kv_head, d);
+        let up = if cfg.arch == TrainArch::Llama {
+            2 * f
+        } else {
+            f
+        };
+        Self {
+            r,
+            arch: cfg.arch,
+            c,
+            f,
+            scale: if cfg.depth_scale {
+                tinynn::layers::depth_scale(l)
+            } else {
+                1.0
+            },
+            norm: Norm::new(cfg),
+            attn,
+            qkv: Linear::new(c, attn.qkv_width()),
+            attn_output: Linear::new(cfg.n_head * d, c),
+            ffn_up: Linear::new(c, up),
+            ffn_down: Linear::new(f, c),
+        }
+    }
+
+    pub fn acts(&self, b: usize, t: usize) -> BlockActs {
+        let n = b * t;
+        let z = |k: usize| vec![0f32; k];
+        BlockActs {
+            x: z(n * self.c),
+            h1: z(n * self.c),
+            mean1: z(n),
+            rstd1: z(n),
+            h2: z(n * self.c),
+            mean2: z(n),
+            rstd2: z(n),
+            qkv: z(n * self.qkv.n_out),
+            att: z(n * self.attn_output.n_in),
+            lse: z(b * self.attn.n_head * t),
+            xm: z(n * self.c),
+            ff: z(n * self.ffn_up.n_out),
+            act: z(n * self.f),
+        }
+    }
+
+    pub fn scratch(&self, n: usize) -> Scratch {
+        let z = |k: usize| vec![0f32; k];
+        Scratch {
+            dx: z(n * self.c),
+            dh: z(n * self.c),
+            dqkv: z(n * self.qkv.n_out),
+            datt: z(n * self.attn_output.n_in),
+            dff: z(n * self.ffn_up.n_out),
+            dact: z(n * self.f),
+        }
+    }
+
+    /// a.x (B*T, C) -> out (B*T, C), keeping what the backward needs in `a`.
+    pub fn forward(
+        &self,
+        p: &[f32],
+        a: &mut BlockActs,
+        out: &mut [f32],
+        rope: &Rope,
+        b: usize,
+        t: usize,
+    ) {
+        let (r, n, c, f) = (&self.r, b * t, self.c, self.f);
+        self.norm.forward(
+            &a.x,
+            &p[r.attn_norm.clone()],
+            opt(p, &r.attn_norm_b),
+            self.scale,
+            &mut a.h1,
+            &mut a.mean1,
+            &mut a.rstd1,
+            n,
+        );
+        // (N, C) -> (N, S)
+        self.qkv.forward(
+            &a.h1,
+            &p[r.qkv.clone()],
+            opt(p, &r.qkv_b),
+            &mut a.qkv,
+            n,
+            false,
+        );
+        if self.arch == TrainArch::Llama {
+            rope.forward(
+                &mut a.qkv,
+                self.qkv.n_out,
+                self.attn.n_head + self.attn.n_kv_head,
+                t,
+                n,
+            );
+        }
+        // (N, S) -> (N, H*D)
+        self.attn.forward(&a.qkv, &mut a.att, &mut a.lse, b, t);
+        a.xm[..n * c].copy_from_slice(&a.x[..n * c]);
+        self.attn_output.forward(
+            &a.att,
+            &p[r.attn_output.clone()],
+            opt(p, &r.attn_output_b),
+            &mut a.xm,
+            n,
+            true,
+        );
+
+        self.norm.forward(
+            &a.xm,
+            &p[r.ffn_norm.clone()],
+            opt(p, &r.ffn_norm_b),
+            self.scale,
+            &mut a.h2,
+            &mut a.mean2,
+            &mut a.rstd2,
+            n,
+        );
+        // (N, C) -> (N, 2F) or (N, F) -> (N, F)
+        self.ffn_up.forward(
+            &a.h2,
+            &p[r.ffn_up.clone()],
+            opt(p, &r.ffn_up_b),
+            &mut a.ff,
+            n,
+            false,
+        );
+        match self.arch {
+            TrainArch::Llama => swiglu_forward(&a.ff, &mut a.act, n, f),
+            TrainArch::Gpt2 => gelu_forward(&a.ff[..n * f], &mut a.act[..n * f]),
+        }
+        out[..n * c].copy_from_slice(&a.xm[..n * c]);
+        self.ffn_down.forward(
+            &a.act,
+            &p[r.ffn_down.clone()],
+            opt(p, &r.ffn_down_b),
+            out,
+            n,
+            true,
+        );
+    }
+
+    /// s.dx holds the gradient of the block's output; on return, that of its input. Parameter
+    /// gradients are added into g.
+    pub fn backward(
+        &self,
+        p: &[f32],
+        g: &mut [f32],
+        a: &BlockActs,
+        s: &mut Scratch,
+        rope: &Rope,
+        b: usize,
+        t: usize,
+    ) {
+        let (r, n, f) = (&self.r, b * t, self.f);
+        let (dw, db) = grad2(g, &r.ffn_down, &r.ffn_down_b);
+        self.ffn_down.backward(
+            &s.dx,
+            &a.act,
+            &p[r.ffn_down.clone()],
+            Some(&mut s.dact),
+            false,
+            dw,
+            db,
+            n,
+        );
+        match self.arch {
+            TrainArch::Llama => swiglu_backward(&s.dact, &a.ff, &mut s.dff, n, f),
+            TrainArch::Gpt2 => gelu_backward(&s.dact[..n * f], &a.ff[..n * f], &mut s.dff[..n * f]),
+        }
+        let (dw, db) = grad2(g, &r.ffn_up, &r.ffn_up_b);
+        self.ffn_up.backward(
+            &s.dff,
+            &a.h2,
+            &p[r.ffn_up.clone()],
+            Some(&mut s.dh),
+            false,
+            dw,
+            db,
+            n,
+        );
+        let (dw, db) = grad2(g, &r.ffn_norm, &r.ffn_norm_b);
+        self.norm.backward(
+            &s.dh,
+            &a.xm,
+            &p[r.ffn_norm.clone()],
+            self.scale,
+            &a.mean2,
+            &a.rstd2,
+            &mut s.dx,
+            dw,
+            db,
+            n,
+        );
+
+        let (dw, db) = grad2(g, &r.attn_output, &r.attn_output_b);
+        self.attn_output.backward(
+            &s.dx,
+            &a.att,
+            &p[r.attn_output.clone()],
+            Some(&mut s.datt),
+            false,
+            dw,
+            db,
+            n,
+        );
+        self.attn
+            .backward(&s.datt, &a.qkv, &a.att, &a.lse, &mut s.dqkv, b, t);
+        if self.arch == TrainArch::Llama {
+            rope.backward(
+                &mut s.dqkv,
+                self.qkv.n_out,
+                self.attn.n_head + self.attn.n_kv_head,
+                t,
+                n,
+            );
+        }
+        let (dw, db) = grad2(g, &r.qkv, &r.qkv_b);
+        self.qkv.backward(
+            &s.dqkv,
+            &a.h1,
+            &p[r.qkv.clone()],
+            Some(&mut s.dh),
+            false,
+            dw,
+            db,
+            n,
+        );
+        let (dw, db) = grad2(g, &r.attn_norm, &r.attn_norm_b);
+        self.norm.backward(
+            &s.dh,
+            &a.x,
+            &p[r.attn_norm.clone()],
+            self.scale,
+            &a.mean1,
+            &a.rstd1,
+            &mut s.dx,
+            dw,
+            db,
+            n,
+        );
+    }
+}

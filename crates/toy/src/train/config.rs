@@ -1,0 +1,115 @@
+//! The shape of a trainable model, and the errors training code returns.
+
+use serde::{Deserialize, Serialize};
+
+/// The model families training supports.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum TrainArch {
+    /// RMSNorm, RoPE (ggml normal mode), GQA, SwiGLU, no biases.
+    Llama,
+    /// LayerNorm, learned positions, fused qkv, GELU, biases everywhere, tied head.
+    Gpt2,
+}
+
+impl TrainArch {
+    /// The `general.architecture` value llama.cpp knows it by.
+    pub fn name(self) -> &'static str {
+        match self {
+            TrainArch::Llama => "llama",
+            TrainArch::Gpt2 => "gpt2",
+        }
+    }
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct ModelConfig {
+    pub arch: TrainArch,
+    pub vocab: usize,
+    pub d_model: usize,
+    pub n_head: usize,
+    pub n_kv_head: usize,
+    pub d_ff: usize,
+    pub n_layer: usize,
+    pub ctx: usize,
+    pub norm_eps: f32,
+    pub rope_base: f32,
+    /// Scale each block's normalised input by 1/sqrt(l+1) (Curse of Depth, arXiv 2502.05795).
+    pub depth_scale: bool,
+    /// Output head shares the token embedding (llama); gpt2 always ties.
+    pub tied: bool,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum TrainError {
+    #[error("bad model config: {0}")]
+    Config(String),
+    #[error("params hold {got} values: this model config needs {expected}")]
+    ParamCount { got: usize, expected: usize },
+}
+
+/// Largest size of any one dimension we accept (bounds every allocation from a config).
+const MAX_DIM: usize = 1 << 20;
+
+impl ModelConfig {
+    /// Head size D.
+    pub fn head_dim(&self) -> usize {
+        self.d_model / self.n_head.max(1)
+    }
+
+    /// Whether the output head is the token embedding.
+    pub fn is_tied(&self) -> bool {
+        self.tied || self.arch == TrainArch::Gpt2
+    }
+
+    /// Checks the shape is one the layers can run; says what is wrong otherwise.
+    pub fn validate(&self) -> Result<(), TrainError> {
+        let bad = |m: String| Err(TrainError::Config(m));
+        for (name, v) in [
+            ("vocab", self.vocab),
+            ("d_model", self.d_model),
+            ("n_head", self.n_head),
+            ("n_kv_head", self.n_kv_head),
+            ("d_ff", self.d_ff),
+            ("n_layer", self.n_layer),
+            ("ctx", self.ctx),
+        ] {
+            if v == 0 || v > MAX_DIM {
+                return bad(format!("{name} = {v}, expected 1..={MAX_DIM}"));
+            }
+        }
+        if self.d_model % self.n_head != 0 {
+            return bad(format!(
+                "n_head {} does not divide d_model {}",
+                self.n_head, self.d_model
+            ));
+        }
+        if self.n_head % self.n_kv_head != 0 {
+            return bad(format!(
+                "n_kv_head {} does not divide n_head {}",
+                self.n_kv_head, self.n_head
+            ));
+        }
+        let d = self.head_dim();
+        if d > tinynn::layers::attention::MAX_HEAD_DIM {
+            return bad(format!(
+                "head size {d} is over {}",
+                tinynn::layers::attention::MAX_HEAD_DIM
+            ));
+        }
+        match self.arch {
+            TrainArch::Llama if d % 2 != 0 => bad(format!("head size {d} must be even for RoPE")),
+            TrainArch::Gpt2 if self.n_kv_head != self.n_head => bad(format!(
+                "gpt2 has one kv head per head (fused attn_qkv): n_kv_head {} != n_head {}",
+                self.n_kv_head, self.n_head
+            )),
+            _ if !(self.norm_eps > 0.0 && self.norm_eps.is_finite()) => {
+                bad(format!("norm_eps {} must be positive", self.norm_eps))
+            }
+            _ if !(self.rope_base > 0.0 && self.rope_base.is_finite()) => {
+                bad(format!("rope_base {} must be positive", self.rope_base))
+            }
+            _ => Ok(()),
+        }
+    }
+}

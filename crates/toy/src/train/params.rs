@@ -1,0 +1,201 @@
+//! Where every parameter tensor lives in the flat params / grads buffers, under its GGUF
+//! name and dims, and the seeded initialisation (GPT-2 / nanoGPT: N(0, 0.02), residual
+//! output projections N(0, 0.02 / sqrt(2 n_layer)), norm weights 1, biases 0).
+//!
+//! Tensors that one matrix product reads together sit next to each other, so the product is
+//! one gemm over the joint range: llama's attn_q, attn_k, attn_v ((H + 2 Hkv) D, C) and
+//! ffn_gate, ffn_up (2F, C).
+
+use super::{ModelConfig, TrainArch};
+use rand::rngs::StdRng;
+use rand::{Rng, SeedableRng};
+use std::ops::Range;
+
+pub struct ParamInfo {
+    /// GGUF tensor name, e.g. "blk.0.attn_q.weight".
+    pub name: String,
+    /// GGUF dims, innermost first: a (out, in) row-major matrix has dims [in, out].
+    pub dims: Vec<u64>,
+    /// Where it lives in the flat params / grads buffers.
+    pub range: Range<usize>,
+    /// Whether AdamW decays it: false for norms, biases and embeddings.
+    pub decay: bool,
+}
+
+/// How a tensor starts.
+#[derive(Clone, Copy)]
+enum Init {
+    Normal(f32),
+    Ones,
+    Zeros,
+}
+
+/// The ranges one block's layers read. Biases and LayerNorm biases only for gpt2.
+#[derive(Clone, Debug)]
+pub(crate) struct BlockRanges {
+    pub attn_norm: Range<usize>,
+    pub attn_norm_b: Option<Range<usize>>,
+    /// Fused q, k, v: ((H + 2 Hkv) D, C).
+    pub qkv: Range<usize>,
+    pub qkv_b: Option<Range<usize>>,
+    pub attn_output: Range<usize>,
+    pub attn_output_b: Option<Range<usize>>,
+    pub ffn_norm: Range<usize>,
+    pub ffn_norm_b: Option<Range<usize>>,
+    /// llama: gate then up (2F, C); gpt2: up (F, C).
+    pub ffn_up: Range<usize>,
+    pub ffn_up_b: Option<Range<usize>>,
+    pub ffn_down: Range<usize>,
+    pub ffn_down_b: Option<Range<usize>>,
+}
+
+pub(crate) struct Layout {
+    pub infos: Vec<ParamInfo>,
+    inits: Vec<Init>,
+    pub token_embd: Range<usize>,
+    pub position_embd: Option<Range<usize>>,
+    pub blocks: Vec<BlockRanges>,
+    pub output_norm: Range<usize>,
+    pub output_norm_b: Option<Range<usize>>,
+    /// The head (V, C): `output.weight`, or token_embd when tied.
+    pub head: Range<usize>,
+    pub total: usize,
+}
+
+impl Layout {
+    fn push(&mut self, name: String, dims: Vec<u64>, decay: bool, init: Init) -> Range<usize> {
+        let n: u64 = dims.iter().product();
+        let range = self.total..self.total + n as usize;
+        self.total = range.end;
+        self.infos.push(ParamInfo {
+            name,
+            dims,
+            range: range.clone(),
+            decay,
+        });
+        self.inits.push(init);
+        range
+    }
+
+    pub fn new(cfg: &ModelConfig) -> Self {
+        let (v, c, f, l) = (
+            cfg.vocab as u64,
+            cfg.d_model as u64,
+            cfg.d_ff as u64,
+            cfg.n_layer,
+        );
+        let d = cfg.head_dim() as u64;
+        let (q, kv) = (cfg.n_head as u64 * d, cfg.n_kv_head as u64 * d);
+        let std = Init::Normal(0.02);
+        let resid = Init::Normal(0.02 / (2.0 * l as f32).sqrt());
+        let gpt2 = cfg.arch == TrainArch::Gpt2;
+        let mut lay = Layout {
+            infos: Vec::new(),
+            inits: Vec::new(),
+            token_embd: 0..0,
+            position_embd: None,
+            blocks: Vec::with_capacity(l),
+            output_norm: 0..0,
+            output_norm_b: None,
+            head: 0..0,
+            total: 0,
+        };
+        lay.token_embd = lay.push("token_embd.weight".into(), vec![c, v], false, std);
+        if gpt2 {
+            let p = lay.push(
+                "position_embd.weight".into(),
+                vec![c, cfg.ctx as u64],
+                false,
+                std,
+            );
+            lay.position_embd = Some(p);
+        }
+        for i in 0..l {
+            let n = |s: &str| format!("blk.{i}.{s}");
+            let bias = |lay: &mut Layout, s: &str, len: u64| {
+                gpt2.then(|| lay.push(n(s), vec![len], false, Init::Zeros))
+            };
+            let attn_norm = lay.push(n("attn_norm.weight"), vec![c], false, Init::Ones);
+            let attn_norm_b = bias(&mut lay, "attn_norm.bias", c);
+            let (qkv, qkv_b) = if gpt2 {
+                let w = lay.push(n("attn_qkv.weight"), vec![c, 3 * c], true, std);
+                (w, bias(&mut lay, "attn_qkv.bias", 3 * c))
+            } else {
+                let wq = lay.push(n("attn_q.weight"), vec![c, q], true, std);
+                lay.push(n("attn_k.weight"), vec![c, kv], true, std);
+                let wv = lay.push(n("attn_v.weight"), vec![c, kv], true, std);
+                (wq.start..wv.end, None)
+            };
+            let attn_output = lay.push(n("attn_output.weight"), vec![q, c], true, resid);
+            let attn_output_b = bias(&mut lay, "attn_output.bias", c);
+            let ffn_norm = lay.push(n("ffn_norm.weight"), vec![c], false, Init::Ones);
+            let ffn_norm_b = bias(&mut lay, "ffn_norm.bias", c);
+            let ffn_up = if gpt2 {
+                lay.push(n("ffn_up.weight"), vec![c, f], true, std)
+            } else {
+                let g = lay.push(n("ffn_gate.weight"), vec![c, f], true, std);
+                let u = lay.push(n("ffn_up.weight"), vec![c, f], true, std);
+                g.start..u.end
+            };
+            let ffn_up_b = bias(&mut lay, "ffn_up.bias", f);
+            let ffn_down = lay.push(n("ffn_down.weight"), vec![f, c], true, resid);
+            let ffn_down_b = bias(&mut lay, "ffn_down.bias", c);
+            lay.blocks.push(BlockRanges {
+                attn_norm,
+                attn_norm_b,
+                qkv,
+                qkv_b,
+                attn_output,
+                attn_output_b,
+                ffn_norm,
+                ffn_norm_b,
+                ffn_up,
+                ffn_up_b,
+                ffn_down,
+                ffn_down_b,
+            });
+        }
+        lay.output_norm = lay.push("output_norm.weight".into(), vec![c], false, Init::Ones);
+        if gpt2 {
+            lay.output_norm_b =
+                Some(lay.push("output_norm.bias".into(), vec![c], false, Init::Zeros));
+        }
+        lay.head = if cfg.is_tied() {
+            lay.token_embd.clone()
+        } else {
+            lay.push("output.weight".into(), vec![c, v], true, std)
+        };
+        lay
+    }
+
+    /// Fresh parameters from `seed`: tensors in layout order, each value from one stream of
+    /// standard normals (Box-Muller on rand's StdRng), so the result depends on the seed alone.
+    pub fn init(&self, seed: u64) -> Vec<f32> {
+        let mut rng = StdRng::seed_from_u64(seed);
+        let mut params = vec![0f32; self.total];
+        let mut spare: Option<f64> = None;
+        let mut normal = move |rng: &mut StdRng| -> f64 {
+            if let Some(z) = spare.take() {
+                return z;
+            }
+            // u1 in (0, 1] keeps the log finite
+            let u1 = 1.0 - rng.random::<f64>();
+            let u2 = rng.random::<f64>();
+            let r = (-2.0 * u1.ln()).sqrt();
+            let a = std::f64::consts::TAU * u2;
+            spare = Some(r * a.sin());
+            r * a.cos()
+        };
+        for (info, init) in self.infos.iter().zip(&self.inits) {
+            let p = &mut params[info.range.clone()];
+            match *init {
+                Init::Normal(std) => p
+                    .iter_mut()
+                    .for_each(|x| *x = (normal(&mut rng) * std as f64) as f32),
+                Init::Ones => p.fill(1.0),
+                Init::Zeros => p.fill(0.0),
+            }
+        }
+        params
+    }
+}

@@ -1,0 +1,243 @@
+//! Whole-model tests: finite-difference gradients, every tensor receives a gradient, loss at
+//! init, a falling loss, bit-for-bit determinism.
+
+use super::{ModelConfig, TrainArch, TrainModel};
+use rand::rngs::StdRng;
+use rand::{Rng, SeedableRng};
+use tinynn::optim::{AdamW, AdamWConfig};
+
+pub(super) fn cfg(arch: TrainArch, depth_scale: bool, tied: bool) -> ModelConfig {
+    ModelConfig {
+        arch,
+        vocab: 13,
+        d_model: 16,
+        n_head: 4,
+        n_kv_head: if arch == TrainArch::Llama { 2 } else { 4 },
+        d_ff: 24,
+        n_layer: 2,
+        ctx: 6,
+        norm_eps: 1e-5,
+        rope_base: 100.0,
+        depth_scale,
+        tied,
+    }
+}
+
+pub(super) fn tokens(n: usize, vocab: usize, seed: u64) -> Vec<u32> {
+    let mut rng = StdRng::seed_from_u64(seed);
+    (0..n).map(|_| rng.random_range(0..vocab as u32)).collect()
+}
+
+/// Parameters far from init (matrices ~N(0, 0.3), norm weights around 1, biases ~0.2), so
+/// every path carries a sizeable signal.
+pub(super) fn rough_params(m: &TrainModel, seed: u64) -> Vec<f32> {
+    let mut rng = StdRng::seed_from_u64(seed);
+    let mut p = m.params.clone();
+    for info in m.params_info() {
+        let is_norm_w = info.name.contains("norm.weight");
+        for x in &mut p[info.range.clone()] {
+            let u: f32 = rng.random_range(-1.0..1.0);
+            *x = if is_norm_w { 1.0 + 0.3 * u } else { 0.5 * u };
+        }
+    }
+    p
+}
+
+fn variants() -> Vec<ModelConfig> {
+    let mut v = Vec::new();
+    for ds in [false, true] {
+        v.push(cfg(TrainArch::Llama, ds, true));
+        v.push(cfg(TrainArch::Llama, ds, false));
+        v.push(cfg(TrainArch::Gpt2, ds, true));
+    }
+    v
+}
+
+#[test]
+fn whole_model_gradients_match_finite_differences() {
+    for c in variants() {
+        let base = TrainModel::init(c.clone(), 2, 1);
+        let params = rough_params(&base, 2);
+        let mut m = TrainModel::from_params(c.clone(), 2, params.clone()).unwrap();
+        let (b, t) = (2, 5);
+        let (x, y) = (tokens(b * t, c.vocab, 3), tokens(b * t, c.vocab, 4));
+        m.zero_grad();
+        m.forward_backward(&x, &y, b, t);
+        let grads = m.grads.clone();
+        let mut rng = StdRng::seed_from_u64(5);
+        let infos: Vec<(String, std::ops::Range<usize>)> = m
+            .params_info()
+            .iter()
+            .map(|i| (i.name.clone(), i.range.clone()))
+            .collect();
+        for (name, range) in infos {
+            let gmax = grads[range.clone()]
+                .iter()
+                .fold(0f32, |a, g| a.max(g.abs()));
+            for _ in 0..4 {
+                let i = rng.random_range(range.clone());
+                let eps = 1e-2f32;
+                let mut loss_at = |v: f32| {
+                    m.params[i] = v;
+                    m.forward_loss(&x, &y, b, t) as f64
+                };
+                let (hi, lo) = (params[i] + eps, params[i] - eps);
+                let num = (loss_at(hi) - loss_at(lo)) / (hi as f64 - lo as f64);
+                m.params[i] = params[i];
+                let err = (num - grads[i] as f64).abs();
+                assert!(
+                    err <= 0.03 * gmax as f64 + 2e-4,
+                    "{:?} ds={} tied={}: {name}[{i}] analytic {} vs numeric {num} (tensor max {gmax})",
+                    c.arch,
+                    c.depth_scale,
+                    c.tied,
+                    grads[i]
+                );
+            }
+        }
+    }
+}
+
+#[test]
+fn every_parameter_tensor_receives_a_gradient() {
+    for c in variants() {
+        let mut m = TrainModel::init(c.clone(), 2, 7);
+        let (x, y) = (tokens(12, c.vocab, 8), tokens(12, c.vocab, 9));
+        m.zero_grad();
+        m.forward_backward(&x, &y, 2, 6);
+        for info in m.params_info() {
+            let g = &m.grads[info.range.clone()];
+            assert!(
+                g.iter().all(|v| v.is_finite()),
+                "{}: non-finite gradient",
+                info.name
+            );
+            let nz = g.iter().filter(|v| **v != 0.0).count();
+            assert!(
+                nz > 0,
+                "{:?} ds={} tied={}: {} got no gradient",
+                c.arch,
+                c.depth_scale,
+                c.tied,
+                info.name
+            );
+        }
+    }
+}
+
+fn tiny(arch: TrainArch) -> ModelConfig {
+    ModelConfig {
+        arch,
+        vocab: 627,
+        d_model: 64,
+        n_head: 4,
+        n_kv_head: 4,
+        d_ff: 128,
+        n_layer: 2,
+        ctx: 32,
+        norm_eps: 1e-5,
+        rope_base: 10000.0,
+        depth_scale: false,
+        tied: true,
+    }
+}
+
+#[test]
+fn loss_at_init_is_ln_vocab_and_falls_under_adamw() {
+    for arch in [TrainArch::Llama, TrainArch::Gpt2] {
+        let c = tiny(arch);
+        let mut m = TrainModel::init(c.clone(), 4, 11);
+        let (b, t) = (4, 32);
+        let (x, y) = (tokens(b * t, c.vocab, 12), tokens(b * t, c.vocab, 13));
+        let l0 = m.forward_loss(&x, &y, b, t);
+        assert!(
+            (l0 - (c.vocab as f32).ln()).abs() < 0.05,
+            "{arch:?}: init loss {l0} vs ln V {}",
+            (c.vocab as f32).ln()
+        );
+        let mut opt = AdamW::new(m.params.len(), AdamWConfig::default());
+        let decay = m.decay_ranges();
+        let mut last = l0;
+        for _ in 0..30 {
+            m.zero_grad();
+            last = m.forward_backward(&x, &y, b, t);
+            opt.step(&mut m.params, &m.grads, 3e-3, &decay);
+        }
+        assert!(
+            last < l0 - 1.0,
+            "{arch:?}: loss {l0} -> {last} after 30 steps on one batch"
+        );
+    }
+}
+
+fn run_steps(c: &ModelConfig, steps: usize) -> (Vec<f32>, Vec<f32>) {
+    let mut m = TrainModel::init(c.clone(), 4, 21);
+    let mut opt = AdamW::new(m.params.len(), AdamWConfig::default());
+    let decay = m.decay_ranges();
+    let mut losses = Vec::new();
+    for s in 0..steps {
+        let (x, y) = (
+            tokens(4 * 32, c.vocab, 100 + s as u64),
+            tokens(4 * 32, c.vocab, 200 + s as u64),
+        );
+        m.zero_grad();
+        // two micro-batches of 2 sequences: gradient accumulation
+        losses.push(m.forward_backward_scaled(&x[..64], &y[..64], 2, 32, 0.5));
+        losses.push(m.forward_backward_scaled(&x[64..], &y[64..], 2, 32, 0.5));
+        tinynn::optim::clip_grad_norm(&mut m.grads, 1.0);
+        opt.step(&mut m.params, &m.grads, 1e-3, &decay);
+    }
+    (m.params, losses)
+}
+
+#[test]
+fn training_is_bit_for_bit_deterministic() {
+    for arch in [TrainArch::Llama, TrainArch::Gpt2] {
+        let c = tiny(arch);
+        let pool = rayon::ThreadPoolBuilder::new()
+            .num_threads(2)
+            .build()
+            .unwrap();
+        let (p1, l1) = pool.install(|| run_steps(&c, 3));
+        let (p2, l2) = pool.install(|| run_steps(&c, 3));
+        assert_eq!(l1, l2, "{arch:?}: losses differ between identical runs");
+        assert!(p1 == p2, "{arch:?}: params differ between identical runs");
+        // init is the seed's alone
+        let a = TrainModel::init(c.clone(), 1, 5);
+        let b = pool.install(|| TrainModel::init(c.clone(), 3, 5));
+        assert!(a.params == b.params);
+        assert!(TrainModel::init(c.clone(), 1, 6).params != a.params);
+    }
+}
+
+#[test]
+fn from_params_checks_the_length_and_the_layout_is_gguf_shaped() {
+    let c = tiny(TrainArch::Llama);
+    let m = TrainModel::init(c.clone(), 1, 0);
+    let err = TrainModel::from_params(c.clone(), 1, vec![0.0; 5])
+        .err()
+        .expect("wrong length must fail");
+    assert!(
+        err.to_string().contains(&m.params.len().to_string()),
+        "{err}"
+    );
+    let names: Vec<&str> = m.params_info().iter().map(|i| i.name.as_str()).collect();
+    assert_eq!(
+        names[..4],
+        [
+            "token_embd.weight",
+            "blk.0.attn_norm.weight",
+            "blk.0.attn_q.weight",
+            "blk.0.attn_k.weight"
+        ]
+    );
+    assert!(!names.contains(&"output.weight"), "tied");
+    let q = &m.params_info()[2];
+    assert_eq!(q.dims, vec![64, 64]);
+    assert!(q.decay && !m.params_info()[0].decay && !m.params_info()[1].decay);
+    let total: usize = m.params_info().iter().map(|i| i.range.len()).sum();
+    assert_eq!(total, m.params.len());
+    let mut bad = c.clone();
+    bad.n_head = 5;
+    assert!(TrainModel::try_init(bad, 1, 0).is_err());
+}

@@ -1,0 +1,95 @@
+//! Consistency with inference: a trained model's params written as an F32 GGUF (standard
+//! `llama.*` / `gpt2.*` keys, depth scaling folded into the norms) load in toy's inference
+//! `Model` and give the same next-token logits as `logits_last`. This pins the tensor layout,
+//! names, dims and the RoPE convention to what llama.cpp loads.
+
+use super::tests::{cfg, rough_params, tokens};
+use super::{ModelConfig, TrainArch, TrainModel};
+use crate::gguf::{GgufFile, GgufWriter, Value};
+use crate::model::{Logits, Model};
+use std::sync::Arc;
+use tinynn::quant::GgmlType;
+
+fn to_gguf(m: &TrainModel) -> Vec<u8> {
+    let c = &m.cfg;
+    let a = c.arch.name();
+    let mut w = GgufWriter::new();
+    w.add_metadata("general.architecture", Value::String(a.into()));
+    let u = |v: usize| Value::U32(v as u32);
+    w.add_metadata(format!("{a}.block_count"), u(c.n_layer));
+    w.add_metadata(format!("{a}.embedding_length"), u(c.d_model));
+    w.add_metadata(format!("{a}.attention.head_count"), u(c.n_head));
+    w.add_metadata(format!("{a}.attention.head_count_kv"), u(c.n_kv_head));
+    w.add_metadata(format!("{a}.feed_forward_length"), u(c.d_ff));
+    w.add_metadata(format!("{a}.context_length"), u(c.ctx));
+    w.add_metadata(format!("{a}.vocab_size"), u(c.vocab));
+    let eps_key = match c.arch {
+        TrainArch::Llama => "attention.layer_norm_rms_epsilon",
+        TrainArch::Gpt2 => "attention.layer_norm_epsilon",
+    };
+    w.add_metadata(format!("{a}.{eps_key}"), Value::F32(c.norm_eps));
+    w.add_metadata(format!("{a}.rope.freq_base"), Value::F32(c.rope_base));
+    for info in m.params_info() {
+        let mut vals = m.params[info.range.clone()].to_vec();
+        // depth scaling folded into the block norms (weight and bias): exact in math
+        let blk = info
+            .name
+            .strip_prefix("blk.")
+            .and_then(|r| r.split('.').next())
+            .and_then(|l| l.parse::<usize>().ok());
+        if let (true, Some(l), true) = (c.depth_scale, blk, info.name.contains("_norm.")) {
+            let s = tinynn::layers::depth_scale(l);
+            vals.iter_mut().for_each(|v| *v *= s);
+        }
+        let bytes: Vec<u8> = vals.iter().flat_map(|v| v.to_le_bytes()).collect();
+        w.add_tensor(info.name.clone(), info.dims.clone(), GgmlType::F32, bytes)
+            .unwrap();
+    }
+    let mut out = Vec::new();
+    w.write_to(&mut out).unwrap();
+    out
+}
+
+fn check_same_logits(c: ModelConfig) {
+    let base = TrainModel::init(c.clone(), 1, 1);
+    let params = rough_params(&base, 4);
+    let mut m = TrainModel::from_params(c.clone(), 1, params).unwrap();
+    let model = Model::from_gguf(Arc::new(GgufFile::from_bytes(to_gguf(&m)).unwrap())).unwrap();
+    for len in [1, 3, c.ctx] {
+        let toks = tokens(len, c.vocab, 10 + len as u64);
+        let want = m.logits_last(&toks).to_vec();
+        let mut st = model.new_state(c.ctx, c.ctx);
+        let got = model.forward(&mut st, &toks, Logits::Last).unwrap();
+        let spread = want.iter().fold(0f32, |a, v| a.max(v.abs()));
+        assert!(spread > 0.5, "logits too flat to compare: {spread}");
+        let err = want
+            .iter()
+            .zip(got)
+            .fold(0f32, |a, (x, y)| a.max((x - y).abs()));
+        assert!(
+            err < 5e-3 * spread.max(1.0),
+            "{:?} ds={} tied={} len {len}: inference logits differ by {err} (max |logit| {spread})",
+            c.arch,
+            c.depth_scale,
+            c.tied
+        );
+    }
+}
+
+#[test]
+fn llama_gguf_export_matches_inference_logits() {
+    for (ds, tied) in [(false, true), (true, false)] {
+        let mut c = cfg(TrainArch::Llama, ds, tied);
+        c.ctx = 12;
+        check_same_logits(c);
+    }
+}
+
+#[test]
+fn gpt2_gguf_export_matches_inference_logits() {
+    for ds in [false, true] {
+        let mut c = cfg(TrainArch::Gpt2, ds, true);
+        c.ctx = 12;
+        check_same_logits(c);
+    }
+}
