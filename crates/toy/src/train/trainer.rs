@@ -154,16 +154,11 @@ pub fn train(
         batcher.rng = SplitMix64::new(s.header.data_rng);
         (model, opt, step)
     } else {
-        let model = TrainModel::init(cfg.clone(), b, recipe.train.seed);
+        let model = TrainModel::try_init(cfg.clone(), b, recipe.train.seed)?;
         let opt = AdamW::new(model.params.len(), adam_cfg);
         (model, opt, 0)
     };
-    let decay: Vec<_> = model
-        .params_info()
-        .iter()
-        .filter(|p| p.decay)
-        .map(|p| p.range.clone())
-        .collect();
+    let decay = model.decay_ranges();
 
     let events_path = run.events_path();
     let io_err = |source| TrainRunError::Io {
@@ -202,9 +197,11 @@ pub fn train(
         // One optimizer step: accumulate the gradient of `accum` batches, then update.
         model.zero_grad();
         let mut loss = 0.0;
+        let scale = 1.0 / accum as f32;
         for _ in 0..accum {
             batcher.next(&ds.train);
-            loss += model.forward_backward(&batcher.inputs, &batcher.targets, b, t);
+            let (x, y) = (&batcher.inputs, &batcher.targets);
+            loss += model.forward_backward_scaled(x, y, b, t, scale);
         }
         loss /= accum as f32;
         let fail = |what, value| {
@@ -223,10 +220,6 @@ pub fn train(
             let (err, status) = fail("the training loss", loss);
             emit(&mut log, Event::RunEnd { step, status })?;
             return Err(err);
-        }
-        if accum > 1 {
-            let s = 1.0 / accum as f32;
-            model.grads.iter_mut().for_each(|g| *g *= s);
         }
         let grad_norm = clip_grad_norm(&mut model.grads, o.grad_clip);
         if !grad_norm.is_finite() {
