@@ -8,7 +8,7 @@ use std::path::PathBuf;
 use toy::train::events::Event;
 use toy::train::recipe::Recipe;
 use toy::train::run::RunDir;
-use toy::train::trainer::{train, Hooks};
+use toy::train::trainer::{ensure_data, train, Hooks};
 
 #[derive(clap::Args)]
 pub struct Args {
@@ -30,27 +30,11 @@ pub struct Args {
 }
 
 pub fn run(a: Args) -> Result<()> {
-    let (run, recipe, resume) = match (&a.resume, &a.recipe) {
-        (Some(dir), _) => {
-            let (run, recipe) = RunDir::open(dir)?;
-            (run, recipe, true)
-        }
-        (None, Some(path)) => {
-            let recipe = Recipe::load(path, &a.set)?;
-            (RunDir::create(&a.runs_dir, &recipe)?, recipe, false)
-        }
+    let recipe = match (&a.resume, &a.recipe) {
+        (Some(dir), _) => RunDir::open(dir)?.1,
+        (None, Some(path)) => Recipe::load(path, &a.set)?,
         (None, None) => bail!("give a recipe, or --resume runs/<id>"),
     };
-    eprintln!(
-        "run {} ({} {}, {} steps of {} x {} tokens){}",
-        run.path.display(),
-        recipe.name,
-        format!("{:?}", recipe.model.arch).to_lowercase(),
-        recipe.train.steps,
-        recipe.train.batch * recipe.train.grad_accum,
-        recipe.model.ctx,
-        if resume { ", resuming" } else { "" }
-    );
     if !toy::train::data::is_prepared(&recipe.data.dir) {
         eprintln!(
             "preparing {} (tokenizer of {} tokens)...",
@@ -58,6 +42,22 @@ pub fn run(a: Args) -> Result<()> {
             recipe.model.vocab
         );
     }
+    // The data is checked (and prepared) before a run folder is made for it.
+    ensure_data(&recipe)?;
+    let (run, resume) = match &a.resume {
+        Some(dir) => (RunDir::open(dir)?.0, true),
+        None => (RunDir::create(&a.runs_dir, &recipe)?, false),
+    };
+    eprintln!(
+        "run {} ({} {}, {} steps of {} x {} tokens){}",
+        run.path.display(),
+        recipe.name,
+        recipe.model.arch.name(),
+        recipe.train.steps,
+        recipe.train.batch * recipe.train.grad_accum,
+        recipe.model.ctx,
+        if resume { ", resuming" } else { "" }
+    );
     let pb = ProgressBar::new(recipe.train.steps as u64);
     pb.set_style(
         ProgressStyle::with_template(
@@ -106,7 +106,11 @@ pub fn run(a: Args) -> Result<()> {
     );
     if let Some(c) = outcome.last_checkpoint {
         println!("checkpoint: {}", c.display());
-        println!("try: toy generate -m {} -p \"{}\"", c.display(), recipe.eval.prompt);
+        println!(
+            "try: toy generate -m {} -p \"{}\"",
+            c.display(),
+            recipe.eval.prompt
+        );
     }
     Ok(())
 }

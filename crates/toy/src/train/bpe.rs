@@ -72,7 +72,9 @@ pub fn train_bpe(docs: &[String], vocab_size: usize) -> Result<TokenizerSpec, Bp
     let mut tokens: Vec<String> = Vec::with_capacity(vocab_size);
     for (i, (t, id)) in vocab.into_iter().enumerate() {
         if id as usize != i {
-            return Err(BpeError::Train(format!("token ids not dense: {t:?} has id {id}, expected {i}")));
+            return Err(BpeError::Train(format!(
+                "token ids not dense: {t:?} has id {id}, expected {i}"
+            )));
         }
         tokens.push(t);
     }
@@ -82,14 +84,22 @@ pub fn train_bpe(docs: &[String], vocab_size: usize) -> Result<TokenizerSpec, Bp
         .ok_or_else(|| BpeError::Train("no merges in the trained model".into()))?
         .iter()
         .filter_map(|m| match m {
-            serde_json::Value::Array(p) => Some(format!("{} {}", p.first()?.as_str()?, p.get(1)?.as_str()?)),
+            serde_json::Value::Array(p) => {
+                Some(format!("{} {}", p.first()?.as_str()?, p.get(1)?.as_str()?))
+            }
             serde_json::Value::String(s) => Some(s.clone()),
             _ => None,
         })
         .collect();
     let mut token_types: Vec<i32> = tokens
         .iter()
-        .map(|t| if t == END_OF_TEXT { TOKEN_TYPE_CONTROL } else { TOKEN_TYPE_NORMAL })
+        .map(|t| {
+            if t == END_OF_TEXT {
+                TOKEN_TYPE_CONTROL
+            } else {
+                TOKEN_TYPE_NORMAL
+            }
+        })
         .collect();
     while tokens.len() < vocab_size {
         tokens.push(format!("<|pad_{}|>", tokens.len()));
@@ -97,7 +107,10 @@ pub fn train_bpe(docs: &[String], vocab_size: usize) -> Result<TokenizerSpec, Bp
     }
     tokens.truncate(vocab_size);
     token_types.truncate(vocab_size);
-    let eot = tokens.iter().position(|t| t == END_OF_TEXT).map(|i| i as u32);
+    let eot = tokens
+        .iter()
+        .position(|t| t == END_OF_TEXT)
+        .map(|i| i as u32);
     Ok(TokenizerSpec {
         model: "gpt2".into(),
         pre: Some(PRE.into()),
@@ -114,15 +127,27 @@ pub fn train_bpe(docs: &[String], vocab_size: usize) -> Result<TokenizerSpec, Bp
 /// The `tokenizer.ggml.*` metadata of `spec`, as llama.cpp's `gguf-py` writes it.
 pub fn tokenizer_metadata(spec: &TokenizerSpec) -> Vec<(String, Value)> {
     let strings = |v: &[String]| {
-        Value::Array(ValueType::String, v.iter().map(|s| Value::String(s.clone())).collect())
+        Value::Array(
+            ValueType::String,
+            v.iter().map(|s| Value::String(s.clone())).collect(),
+        )
     };
     let mut kv = vec![
-        ("tokenizer.ggml.model".to_string(), Value::String(spec.model.clone())),
-        ("tokenizer.ggml.pre".to_string(), Value::String(spec.pre.clone().unwrap_or_else(|| "default".into()))),
+        (
+            "tokenizer.ggml.model".to_string(),
+            Value::String(spec.model.clone()),
+        ),
+        (
+            "tokenizer.ggml.pre".to_string(),
+            Value::String(spec.pre.clone().unwrap_or_else(|| "default".into())),
+        ),
         ("tokenizer.ggml.tokens".to_string(), strings(&spec.tokens)),
         (
             "tokenizer.ggml.token_type".to_string(),
-            Value::Array(ValueType::I32, spec.token_types.iter().map(|&t| Value::I32(t)).collect()),
+            Value::Array(
+                ValueType::I32,
+                spec.token_types.iter().map(|&t| Value::I32(t)).collect(),
+            ),
         ),
         ("tokenizer.ggml.merges".to_string(), strings(&spec.merges)),
     ];
@@ -131,7 +156,10 @@ pub fn tokenizer_metadata(spec: &TokenizerSpec) -> Vec<(String, Value)> {
             kv.push((format!("tokenizer.ggml.{key}_token_id"), Value::U32(id)));
         }
     }
-    kv.push(("tokenizer.ggml.add_bos_token".to_string(), Value::Bool(spec.add_bos)));
+    kv.push((
+        "tokenizer.ggml.add_bos_token".to_string(),
+        Value::Bool(spec.add_bos),
+    ));
     kv
 }
 

@@ -136,12 +136,16 @@ pub fn load_state(path: &Path) -> Result<TrainState, CheckpointError> {
         source,
     })?;
     if bytes.len() < 24 || &bytes[..8] != MAGIC {
-        return Err(bad("not a toy optimizer-state file (bad magic or too short)".into()));
+        return Err(bad(
+            "not a toy optimizer-state file (bad magic or too short)".into(),
+        ));
     }
     let (body, sum) = bytes.split_at(bytes.len() - 8);
     let sum = u64::from_le_bytes(sum.try_into().expect("8 bytes"));
     if fnv1a(body) != sum {
-        return Err(bad("checksum mismatch: the file is truncated or corrupt".into()));
+        return Err(bad(
+            "checksum mismatch: the file is truncated or corrupt".into()
+        ));
     }
     let version = u32::from_le_bytes(body[8..12].try_into().expect("4 bytes"));
     if version != VERSION {

@@ -101,9 +101,10 @@ fn read_file(path: &Path, docs: &mut Vec<String>) -> Result<(), CorpusError> {
                 };
                 let v: serde_json::Value =
                     serde_json::from_str(line).map_err(|e| err(e.to_string()))?;
-                let t = v.get("text").and_then(|t| t.as_str()).ok_or_else(|| {
-                    err("expected an object with a string field \"text\"".into())
-                })?;
+                let t = v
+                    .get("text")
+                    .and_then(|t| t.as_str())
+                    .ok_or_else(|| err("expected an object with a string field \"text\"".into()))?;
                 docs.push(t.to_string());
             }
         }

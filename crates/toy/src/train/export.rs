@@ -15,13 +15,6 @@ use super::{ModelConfig, TrainArch, TrainModel};
 use crate::gguf::{GgufError, GgufWriter, Value};
 use crate::tokenizer::TokenizerSpec;
 
-fn arch_name(a: TrainArch) -> &'static str {
-    match a {
-        TrainArch::Llama => "llama",
-        TrainArch::Gpt2 => "gpt2",
-    }
-}
-
 /// The factor folded into tensor `name` for depth scaling (1 when none applies).
 pub fn depth_factor(cfg: &ModelConfig, name: &str) -> f32 {
     if !cfg.depth_scale {
@@ -38,7 +31,7 @@ pub fn depth_factor(cfg: &ModelConfig, name: &str) -> f32 {
         "attn_norm.weight" | "attn_norm.bias" | "ffn_norm.weight" | "ffn_norm.bias"
     );
     match (folded, layer.parse::<usize>()) {
-        (true, Ok(l)) => 1.0 / ((l + 1) as f32).sqrt(),
+        (true, Ok(l)) => tinynn::layers::depth_scale(l),
         _ => 1.0,
     }
 }
@@ -50,7 +43,7 @@ pub fn to_gguf(
     name: &str,
 ) -> Result<GgufWriter<'static>, GgufError> {
     let cfg = &model.cfg;
-    let arch = arch_name(cfg.arch);
+    let arch = cfg.arch.name();
     let mut w = GgufWriter::new();
     let k = |s: &str| format!("{arch}.{s}");
     let u32v = |x: usize| Value::U32(x as u32);
@@ -65,7 +58,10 @@ pub fn to_gguf(
     match cfg.arch {
         TrainArch::Llama => {
             w.add_metadata(k("attention.head_count_kv"), u32v(cfg.n_kv_head));
-            w.add_metadata(k("attention.layer_norm_rms_epsilon"), Value::F32(cfg.norm_eps));
+            w.add_metadata(
+                k("attention.layer_norm_rms_epsilon"),
+                Value::F32(cfg.norm_eps),
+            );
             w.add_metadata(k("rope.freq_base"), Value::F32(cfg.rope_base));
             w.add_metadata(k("rope.dimension_count"), u32v(cfg.d_model / cfg.n_head));
             w.add_metadata(k("vocab_size"), u32v(cfg.vocab));

@@ -188,9 +188,15 @@ impl Recipe {
         for o in overrides {
             apply_override(&mut table, o)?;
         }
-        let recipe: Recipe = table
-            .try_into()
-            .map_err(|e: toml::de::Error| parse_err(e.message().to_string()))?;
+        // Deserialized from text so the error has a span, to quote the offending line.
+        let resolved = toml::to_string(&table).map_err(|e| parse_err(e.to_string()))?;
+        let recipe: Recipe = toml::from_str(&resolved).map_err(|e: toml::de::Error| {
+            let at = e
+                .span()
+                .map(|s| where_in(&resolved, s.start))
+                .unwrap_or_default();
+            parse_err(format!("{}{at}", e.message().trim()))
+        })?;
         recipe.validate()?;
         Ok(recipe)
     }
@@ -239,14 +245,14 @@ impl Recipe {
                 return bad(format!("{k} is 0, expected at least 1"));
             }
         }
-        if m.d_model % m.n_head != 0 {
+        if !m.d_model.is_multiple_of(m.n_head) {
             return bad(format!(
                 "model.n_head {} does not divide model.d_model {}",
                 m.n_head, m.d_model
             ));
         }
         let kv = m.n_kv_head.unwrap_or(m.n_head);
-        if kv == 0 || m.n_head % kv != 0 {
+        if kv == 0 || !m.n_head.is_multiple_of(kv) {
             return bad(format!(
                 "model.n_kv_head {kv} must divide model.n_head {}",
                 m.n_head
@@ -311,10 +317,29 @@ pub fn apply_override(table: &mut toml::Table, o: &str) -> Result<(), RecipeErro
     Ok(())
 }
 
+/// " (at [section] line)" for byte `pos` of TOML `text`.
+fn where_in(text: &str, pos: usize) -> String {
+    let before = &text[..pos.min(text.len())];
+    let line_start = before.rfind('\n').map_or(0, |i| i + 1);
+    let line_end = text[line_start..]
+        .find('\n')
+        .map_or(text.len(), |i| line_start + i);
+    let line = text[line_start..line_end].trim();
+    let section = before
+        .lines()
+        .rev()
+        .find(|l| l.trim_start().starts_with('['))
+        .map(|l| format!("{} ", l.trim()))
+        .unwrap_or_default();
+    format!(" (at {section}{line})")
+}
+
 fn parse_value(raw: &str) -> toml::Value {
     let doc = format!("v = {raw}");
     match toml::from_str::<toml::Table>(&doc) {
-        Ok(mut t) => t.remove("v").unwrap_or_else(|| toml::Value::String(raw.into())),
+        Ok(mut t) => t
+            .remove("v")
+            .unwrap_or_else(|| toml::Value::String(raw.into())),
         Err(_) => toml::Value::String(raw.to_string()),
     }
 }

@@ -54,17 +54,14 @@ pub struct Meta {
 
 /// Splits `tokens` into train and validation streams and writes them with `meta.json`
 /// into `dir` (created). Each file is written to a temporary name, fsynced and renamed.
-pub fn write_shards(
-    dir: &Path,
-    tokens: &[u32],
-    mut meta: Meta,
-) -> Result<Meta, ShardError> {
+pub fn write_shards(dir: &Path, tokens: &[u32], mut meta: Meta) -> Result<Meta, ShardError> {
     std::fs::create_dir_all(dir).map_err(io(dir))?;
     let mut rng = SplitMix64::new(meta.seed ^ 0x5EED_5EED);
     let (mut train, mut val) = (Vec::new(), Vec::new());
     let blocks: Vec<&[u32]> = tokens.chunks(SPLIT_BLOCK).collect();
     // Validation gets at least one block when asked for any and there are two or more.
-    let forced_val = (meta.val_fraction > 0.0 && blocks.len() >= 2).then(|| rng.below(blocks.len() as u64) as usize);
+    let forced_val = (meta.val_fraction > 0.0 && blocks.len() >= 2)
+        .then(|| rng.below(blocks.len() as u64) as usize);
     for (i, b) in blocks.iter().enumerate() {
         if Some(i) == forced_val || rng.next_f64() < meta.val_fraction {
             val.extend_from_slice(b);
@@ -140,7 +137,7 @@ impl TokenShard {
         let f = std::fs::File::open(path).map_err(io(path))?;
         let n = f.metadata().map_err(io(path))?.len() as usize;
         let width = if wide { 4 } else { 2 };
-        if n % width != 0 {
+        if !n.is_multiple_of(width) {
             return Err(ShardError::Bad {
                 path: path.to_path_buf(),
                 why: format!("{n} bytes is not a whole number of {width}-byte tokens"),
@@ -161,7 +158,10 @@ impl TokenShard {
         if let Some(i) = (0..shard.len).find(|&i| shard.get(i) as usize >= vocab) {
             return Err(ShardError::Bad {
                 path: path.to_path_buf(),
-                why: format!("token {} at {i} is outside the vocabulary of {vocab}", shard.get(i)),
+                why: format!(
+                    "token {} at {i} is outside the vocabulary of {vocab}",
+                    shard.get(i)
+                ),
             });
         }
         Ok(shard)

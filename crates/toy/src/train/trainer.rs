@@ -43,7 +43,9 @@ pub enum TrainRunError {
         data: usize,
         model: usize,
     },
-    #[error("the {split} split of {dir} has {tokens} tokens, fewer than one window of ctx + 1 = {need}")]
+    #[error(
+        "the {split} split of {dir} has {tokens} tokens, fewer than one window of ctx + 1 = {need}"
+    )]
     TooFewTokens {
         dir: PathBuf,
         split: &'static str,
@@ -246,7 +248,14 @@ pub fn train(
         if step % recipe.eval.interval == 0 || step == total {
             let val_loss = eval_loss(&mut model, &ds, recipe);
             let sample = sample(&mut model, &tok, recipe, step);
-            emit(&mut log, Event::Eval { step, val_loss, sample })?;
+            emit(
+                &mut log,
+                Event::Eval {
+                    step,
+                    val_loss,
+                    sample,
+                },
+            )?;
         }
         if step % recipe.checkpoint.interval == 0 || step == total {
             if let Some(i) = model.params.iter().position(|p| !p.is_finite()) {
@@ -323,7 +332,7 @@ fn save_checkpoint(
 /// Mean loss over `eval.batches` validation batches, always the same ones.
 pub fn eval_loss(model: &mut TrainModel, ds: &Dataset, recipe: &Recipe) -> f32 {
     let (b, t) = (recipe.train.batch, recipe.model.ctx);
-    let mut batcher = Batcher::new(recipe.train.seed ^ 0x5A1_1D, b, t);
+    let mut batcher = Batcher::new(recipe.train.seed ^ 0x5A11D, b, t);
     let n = recipe.eval.batches.max(1);
     let mut sum = 0.0;
     for _ in 0..n {
