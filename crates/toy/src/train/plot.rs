@@ -105,18 +105,26 @@ pub fn plot_run(events: &Path, title: &str, out: &Path, w: u32, h: u32) -> Resul
         .map_err(|e| draw(&e))?;
     let mut mesh = chart.configure_mesh();
     if text {
-        mesh.x_desc("step").y_desc("loss");
+        mesh.x_desc("step")
+            .y_desc("loss")
+            .x_label_formatter(&|x| format!("{x:.0}"));
     } else {
         mesh.x_labels(0).y_labels(0);
     }
     mesh.draw().map_err(|e| draw(&e))?;
 
+    // Raw step losses are noisy (one small batch each): drawn faint, with a moving average.
+    let window = (train.len() / 60).max(1);
+    let smooth = moving_average(&train, window);
+    chart
+        .draw_series(LineSeries::new(train, BLUE.mix(0.25)))
+        .map_err(|e| draw(&e))?;
     let train_series = chart
-        .draw_series(LineSeries::new(train, BLUE.stroke_width(2)))
+        .draw_series(LineSeries::new(smooth, BLUE.stroke_width(2)))
         .map_err(|e| draw(&e))?;
     if text {
         train_series
-            .label("train")
+            .label(format!("train (mean of {window} steps)"))
             .legend(|(x, y)| PathElement::new([(x, y), (x + 20, y)], BLUE.stroke_width(2)));
     }
     if !val.is_empty() {
@@ -142,4 +150,19 @@ pub fn plot_run(events: &Path, title: &str, out: &Path, w: u32, h: u32) -> Resul
     }
     root.present().map_err(|e| draw(&e))?;
     Ok(())
+}
+
+/// The mean of each run of `window` points ending at each point (fewer at the start).
+fn moving_average(pts: &[(f64, f64)], window: usize) -> Vec<(f64, f64)> {
+    let mut sum = 0.0;
+    pts.iter()
+        .enumerate()
+        .map(|(i, &(x, y))| {
+            sum += y;
+            if i >= window {
+                sum -= pts[i - window].1;
+            }
+            (x, sum / (i + 1).min(window) as f64)
+        })
+        .collect()
 }
