@@ -3,13 +3,17 @@
 
 mod cmd_bench;
 mod cmd_chat;
+mod cmd_data;
 mod cmd_eval;
 mod cmd_generate;
 mod cmd_inspect;
+mod cmd_plot;
 mod cmd_quantize;
+mod cmd_runs;
 mod cmd_score;
 mod cmd_template;
 mod cmd_tokenize;
+mod cmd_train;
 mod common;
 
 use clap::{Parser, Subcommand};
@@ -19,7 +23,7 @@ use std::process::ExitCode;
 #[command(
     name = "toy",
     version,
-    about = "A small-language-model toolkit: run, chat, evaluate, quantize"
+    about = "A small-language-model toolkit: run, chat, evaluate, quantize, train"
 )]
 struct Cli {
     /// Worker threads (default: all cores).
@@ -50,6 +54,15 @@ enum Cmd {
     Quantize(cmd_quantize::Args),
     /// Measure prefill and decode speed (as llama-bench).
     Bench(cmd_bench::Args),
+    /// Prepare training data.
+    #[command(subcommand)]
+    Data(cmd_data::DataCmd),
+    /// Train a model from scratch with a recipe, or resume a run.
+    Train(cmd_train::Args),
+    /// List training runs.
+    Runs(cmd_runs::Args),
+    /// Plot a run's training and validation loss to a PNG.
+    Plot(cmd_plot::Args),
 }
 
 fn main() -> ExitCode {
@@ -89,5 +102,9 @@ fn run(cmd: Cmd) -> anyhow::Result<()> {
         Cmd::Template(a) => cmd_template::run(a),
         Cmd::Quantize(a) => cmd_quantize::run(a),
         Cmd::Bench(a) => cmd_bench::run(a),
+        Cmd::Data(c) => cmd_data::run(c),
+        Cmd::Train(a) => cmd_train::run(a),
+        Cmd::Runs(a) => cmd_runs::run(a),
+        Cmd::Plot(a) => cmd_plot::run(a),
     }
 }

@@ -1,0 +1,117 @@
+#!/usr/bin/env bash
+# Train the same model in toy, PyTorch eager and torch.compile, side by side, then check the
+# checkpoint in llama.cpp (llama-cpp-python).
+#
+# Usage: bench/compare-pytorch.sh [CONFIG...]       CONFIG: tiny, small (default: tiny small)
+#
+# For each recipe (recipes/CONFIG.toml), on the Rust book prepared once by `toy data prepare`
+# into target/bench-pytorch/data-<vocab>: STEPS steps of `toy train`, then of
+# bench/pytorch/train_torch.py in eager mode and with torch.compile (same shapes, init scheme,
+# AdamW, clipping, schedule, token shards and batches), each in its own process at THREADS
+# threads. Prints tokens/s (median of steady-state steps), the ratios toy/eager and
+# toy/compile, peak RSS, and the loss ratio after the same steps (must be within 2%).
+# Then trains tiny llama and tiny gpt2 for LLAMA_STEPS steps with toy, loads each checkpoint
+# GGUF in llama-cpp-python and compares llama.cpp's next-token log-probabilities at every
+# position of a text with `toy score` (within 1e-3), and its tokenization with `toy tokenize`.
+#
+# Set-up (cached under target/): a venv target/pytorch-venv with torch from PyPI (the wheel
+# with its CUDA libraries: the --no-deps install does not import without them) and
+# llama-cpp-python 0.3.36 built from source (minutes). Not part of CI.
+#
+# Environment: THREADS (2), STEPS_TINY (300), STEPS_SMALL (40), LLAMA_STEPS (300),
+# SKIP_LLAMA_CPP (0), TORCH_VERSION (2.15.0). Results: target/bench-pytorch/*.json.
+set -euo pipefail
+
+root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+cd "$root"
+
+THREADS=${THREADS:-2}
+STEPS_TINY=${STEPS_TINY:-300}
+STEPS_SMALL=${STEPS_SMALL:-40}
+LLAMA_STEPS=${LLAMA_STEPS:-300}
+SKIP_LLAMA_CPP=${SKIP_LLAMA_CPP:-0}
+TORCH_VERSION=${TORCH_VERSION:-2.15.0}
+readonly LLAMA_CPP_PY=0.3.36
+
+venv="$root/target/pytorch-venv"
+py="$venv/bin/python"
+work="$root/target/bench-pytorch"
+toy="$root/target/release/toy"
+configs=("$@")
+[ ${#configs[@]} -eq 0 ] && configs=(tiny small)
+
+log() { printf '[%s] %s\n' "$(date +%H:%M:%S)" "$*" >&2; }
+die() { log "ERROR: $*"; exit 1; }
+
+mkdir -p "$work/logs"
+
+# --- PyTorch ---------------------------------------------------------------------------
+if [ ! -x "$py" ]; then
+    log "creating $venv"
+    python3 -m venv "$venv"
+    "$py" -m pip install -q --upgrade pip
+fi
+if ! "$py" -c "import torch" 2>/dev/null; then
+    log "installing torch $TORCH_VERSION without its CUDA dependencies"
+    "$py" -m pip install -q --no-deps "torch==$TORCH_VERSION"
+    "$py" -m pip install -q filelock typing-extensions sympy networkx jinja2 fsspec mpmath \
+        markupsafe numpy "setuptools>=77.0.3"
+    if ! "$py" -c "import torch" 2>"$work/logs/torch-import.log"; then
+        # The PyPI Linux wheel links CUDA libraries even for CPU use.
+        log "torch does not import without its CUDA libraries; installing the full wheel (GBs)"
+        "$py" -m pip install -q "torch==$TORCH_VERSION"
+    fi
+fi
+"$py" -c "import numpy" 2>/dev/null || "$py" -m pip install -q numpy
+"$py" -c "import torch; print('torch', torch.__version__)" >&2
+
+# --- toy -------------------------------------------------------------------------------
+log "building toy"
+cargo build --release -p toy-cli >&2
+
+vocab_of() { sed -n 's/^vocab *= *\([0-9]*\).*/\1/p' "$1" | head -1; }
+data_for() {
+    local vocab=$1 dir="$work/data-$1"
+    if [ ! -f "$dir/meta.json" ]; then
+        log "preparing the Rust book with a BPE of $vocab into $dir"
+        "$toy" data prepare --out "$dir" --vocab-size "$vocab" >&2
+    fi
+    echo "$dir"
+}
+
+status=0
+for cfg in "${configs[@]}"; do
+    recipe="recipes/$cfg.toml"
+    [ -f "$recipe" ] || die "no recipe $recipe"
+    case $cfg in tiny) steps=$STEPS_TINY ;; small) steps=$STEPS_SMALL ;; *) steps=$STEPS_TINY ;; esac
+    data=$(data_for "$(vocab_of "$recipe")")
+    log "$cfg: $steps steps each of toy, torch eager, torch.compile at $THREADS threads"
+    "$py" bench/pytorch/compare.py "$recipe" --toy "$toy" --python "$py" --data "$data" \
+        --steps "$steps" --threads "$THREADS" --runs-dir "$work/runs-$cfg" \
+        --out "$work/compare-$cfg.json" || status=1
+done
+
+# --- llama.cpp -------------------------------------------------------------------------
+if [ "$SKIP_LLAMA_CPP" != 1 ]; then
+    if ! "$py" -c "import llama_cpp" 2>/dev/null; then
+        sdist="$root/target/llama-cpp/src/llama_cpp_python-$LLAMA_CPP_PY.tar.gz"
+        [ -f "$sdist" ] || sdist="llama-cpp-python==$LLAMA_CPP_PY"
+        log "building llama-cpp-python $LLAMA_CPP_PY from source (minutes; log: $work/logs/llama-cpp-python.log)"
+        CMAKE_BUILD_PARALLEL_LEVEL=$THREADS CMAKE_ARGS="-DLLAMA_CURL=OFF" \
+            "$py" -m pip install -v --no-binary llama-cpp-python "$sdist" \
+            >"$work/logs/llama-cpp-python.log" 2>&1 || die "llama-cpp-python build failed"
+    fi
+    data=$(data_for 627)
+    for arch in llama gpt2; do
+        runs="$work/runs-llama-cpp-$arch"
+        rm -rf "$runs"
+        log "tiny $arch: $LLAMA_STEPS steps with toy, then llama.cpp's logits on its checkpoint"
+        "$toy" -t "$THREADS" train recipes/tiny.toml --runs-dir "$runs" --set "data.dir=\"$data\"" \
+            --set "model.arch=$arch" --set "train.steps=$LLAMA_STEPS" \
+            --set "eval.interval=$LLAMA_STEPS" --set "checkpoint.interval=$LLAMA_STEPS" >&2
+        ckpt=$(ls "$runs"/*/ckpt-*.gguf | tail -1)
+        "$py" bench/pytorch/llama_logits.py "$ckpt" --toy "$toy" | tee "$work/llama-cpp-$arch.json" \
+            || status=1
+    done
+fi
+exit $status

@@ -1,0 +1,116 @@
+//! `toy train RECIPE [--set key=value]...`: a new run under `runs/`, or
+//! `toy train --resume runs/<id>` to continue one from its newest checkpoint. Shows a
+//! progress bar (step, loss, tokens/s, ETA) and the evaluations as they come.
+
+use anyhow::{bail, Result};
+use indicatif::{ProgressBar, ProgressStyle};
+use std::path::PathBuf;
+use toy::train::events::Event;
+use toy::train::recipe::Recipe;
+use toy::train::run::RunDir;
+use toy::train::trainer::{ensure_data, train, Hooks};
+
+#[derive(clap::Args)]
+pub struct Args {
+    /// The recipe (TOML), e.g. recipes/tiny.toml.
+    #[arg(required_unless_present = "resume")]
+    recipe: Option<PathBuf>,
+    /// Override a recipe value, e.g. --set optim.lr=1e-3 (repeatable).
+    #[arg(long = "set", value_name = "KEY=VALUE")]
+    set: Vec<String>,
+    /// Folder for the run folders.
+    #[arg(long, default_value = "runs")]
+    runs_dir: PathBuf,
+    /// Continue the run in this folder from its newest checkpoint.
+    #[arg(long, conflicts_with_all = ["recipe", "set"])]
+    resume: Option<PathBuf>,
+    /// Stop after this many steps (as an interruption would; resume continues).
+    #[arg(long, hide = true)]
+    stop_after: Option<usize>,
+}
+
+pub fn run(a: Args) -> Result<()> {
+    let recipe = match (&a.resume, &a.recipe) {
+        (Some(dir), _) => RunDir::open(dir)?.1,
+        (None, Some(path)) => Recipe::load(path, &a.set)?,
+        (None, None) => bail!("give a recipe, or --resume runs/<id>"),
+    };
+    if !toy::train::data::is_prepared(&recipe.data.dir) {
+        eprintln!(
+            "preparing {} (tokenizer of {} tokens)...",
+            recipe.data.dir.display(),
+            recipe.model.vocab
+        );
+    }
+    // The data is checked (and prepared) before a run folder is made for it.
+    ensure_data(&recipe)?;
+    let (run, resume) = match &a.resume {
+        Some(dir) => (RunDir::open(dir)?.0, true),
+        None => (RunDir::create(&a.runs_dir, &recipe)?, false),
+    };
+    eprintln!(
+        "run {} ({} {}, {} steps of {} x {} tokens){}",
+        run.path.display(),
+        recipe.name,
+        recipe.model.arch.name(),
+        recipe.train.steps,
+        recipe.train.batch * recipe.train.grad_accum,
+        recipe.model.ctx,
+        if resume { ", resuming" } else { "" }
+    );
+    let pb = ProgressBar::new(recipe.train.steps as u64);
+    pb.set_style(
+        ProgressStyle::with_template(
+            "{bar:30} {pos}/{len} steps  {msg}  elapsed {elapsed_precise}  eta {eta_precise}",
+        )
+        .unwrap_or_else(|_| ProgressStyle::default_bar()),
+    );
+    let mut tok_s_avg = 0.0f64;
+    let mut observe = |e: &Event| match e {
+        Event::RunStart { start_step, .. } => pb.set_position(*start_step as u64),
+        Event::Step {
+            step, loss, tok_s, ..
+        } => {
+            tok_s_avg = if tok_s_avg == 0.0 {
+                *tok_s
+            } else {
+                0.9 * tok_s_avg + 0.1 * tok_s
+            };
+            pb.set_position(*step as u64);
+            pb.set_message(format!("loss {loss:.4}  {tok_s_avg:.0} tok/s"));
+        }
+        Event::Eval {
+            step,
+            val_loss,
+            sample,
+        } => pb.println(format!(
+            "step {step}: val loss {val_loss:.4}  sample: {:?}",
+            sample.chars().take(160).collect::<String>()
+        )),
+        Event::Checkpoint { path, .. } => pb.println(format!("checkpoint {path}")),
+        Event::RunEnd { .. } => {}
+    };
+    let hooks = Hooks {
+        stop_after: a.stop_after,
+        ..Hooks::default()
+    };
+    let outcome = train(&run, &recipe, resume, &hooks, &mut observe);
+    pb.finish_and_clear();
+    let outcome = outcome?;
+    println!(
+        "{} after {} steps: loss {:.4}{}",
+        run.path.display(),
+        outcome.steps_done,
+        outcome.last_loss,
+        if outcome.finished { "" } else { " (stopped)" }
+    );
+    if let Some(c) = outcome.last_checkpoint {
+        println!("checkpoint: {}", c.display());
+        println!(
+            "try: toy generate -m {} -p \"{}\"",
+            c.display(),
+            recipe.eval.prompt
+        );
+    }
+    Ok(())
+}

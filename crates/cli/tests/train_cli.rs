@@ -1,0 +1,288 @@
+//! End-to-end tests of training with the `toy` binary: `toy data prepare`, `toy train` (and
+//! `--resume`), `toy runs`, `toy plot`, and `toy generate` on the checkpoint, on a small
+//! generated corpus and a model of a few thousand parameters.
+
+mod common;
+
+use common::*;
+use std::path::Path;
+
+/// About 40 KB of text with repeated structure, so a BPE learns merges and a model a little.
+fn corpus() -> String {
+    let words = [
+        "the", "owner", "borrow", "value", "struct", "moves", "into", "a", "trait",
+    ];
+    let mut s = String::new();
+    let mut x: u64 = 1;
+    while s.len() < 40_000 {
+        x = x
+            .wrapping_mul(6364136223846793005)
+            .wrapping_add(1442695040888963407);
+        if x >> 62 == 0 {
+            s.push_str("fn main() {\n    let x = 5;\n    println!(\"{x}\");\n}\n");
+        } else {
+            for k in 0..6 {
+                s.push_str(words[((x >> (8 * k)) % words.len() as u64) as usize]);
+                s.push(' ');
+            }
+            s.push_str(".\n");
+        }
+    }
+    s
+}
+
+fn recipe(data: &Path) -> String {
+    format!(
+        r#"name = "clitest"
+[model]
+arch = "llama"
+vocab = 300
+d_model = 32
+n_head = 4
+d_ff = 64
+n_layer = 2
+ctx = 16
+[data]
+dir = "{}"
+[train]
+batch = 4
+steps = 10
+seed = 1
+[optim]
+lr = 3e-3
+min_lr = 3e-4
+warmup = 2
+[eval]
+interval = 5
+batches = 2
+sample_tokens = 8
+[checkpoint]
+interval = 5
+"#,
+        data.display()
+    )
+}
+
+fn prepare(tmp: &TempDir) -> String {
+    let text = tmp.write("corpus.txt", corpus());
+    let data = tmp.path("data");
+    let out = toy_ok(&[
+        "data",
+        "prepare",
+        &arg(&text),
+        "--out",
+        &arg(&data),
+        "--vocab-size",
+        "300",
+    ]);
+    assert!(
+        out.contains("vocabulary 300") && out.contains("u16"),
+        "{out}"
+    );
+    for f in ["train.bin", "val.bin", "meta.json", "tokenizer.gguf"] {
+        assert!(data.join(f).is_file(), "{f} missing");
+    }
+    arg(&data)
+}
+
+fn only_run(runs: &Path) -> std::path::PathBuf {
+    let dirs: Vec<_> = std::fs::read_dir(runs)
+        .expect("runs dir")
+        .map(|e| e.expect("entry").path())
+        .collect();
+    assert_eq!(dirs.len(), 1, "{dirs:?}");
+    dirs[0].clone()
+}
+
+#[test]
+fn prepare_train_runs_plot_generate() {
+    let tmp = TempDir::new("train-e2e");
+    let data = prepare(&tmp);
+    let recipe_path = tmp.write("r.toml", recipe(Path::new(&data)));
+    let runs = tmp.path("runs");
+    let out = toy_ok(&[
+        "train",
+        &arg(&recipe_path),
+        "--runs-dir",
+        &arg(&runs),
+        "--set",
+        "train.steps=10",
+    ]);
+    assert!(out.contains("after 10 steps"), "{out}");
+    let run = only_run(&runs);
+    for f in [
+        "config.toml",
+        "events.jsonl",
+        "ckpt-000005.gguf",
+        "ckpt-000005.state",
+        "ckpt-000010.gguf",
+        "ckpt-000010.state",
+    ] {
+        assert!(run.join(f).is_file(), "{f} missing in {}", run.display());
+    }
+    let events = std::fs::read_to_string(run.join("events.jsonl")).expect("events");
+    let types: Vec<String> = events
+        .lines()
+        .map(|l| {
+            let v: serde_json::Value = serde_json::from_str(l).expect("each line is JSON");
+            v["type"].as_str().expect("type").to_string()
+        })
+        .collect();
+    assert_eq!(types.first().map(String::as_str), Some("run_start"));
+    assert_eq!(types.last().map(String::as_str), Some("run_end"));
+    assert_eq!(types.iter().filter(|t| *t == "step").count(), 10);
+    assert_eq!(types.iter().filter(|t| *t == "eval").count(), 2);
+    assert_eq!(types.iter().filter(|t| *t == "checkpoint").count(), 2);
+    let step: serde_json::Value = serde_json::from_str(
+        events
+            .lines()
+            .find(|l| l.contains("\"step\","))
+            .expect("a step"),
+    )
+    .expect("json");
+    for k in ["step", "loss", "lr", "grad_norm", "tok_s", "time"] {
+        assert!(step.get(k).is_some(), "step event lacks {k}: {step}");
+    }
+
+    let list = toy_ok(&["runs", "--runs-dir", &arg(&runs)]);
+    let id = run.file_name().expect("id").to_string_lossy().into_owned();
+    let line = list
+        .lines()
+        .find(|l| l.starts_with(&id))
+        .unwrap_or_else(|| panic!("{list}"));
+    assert!(
+        line.contains("llama") && line.contains("10/10") && line.contains("done"),
+        "{line}"
+    );
+
+    let png = tmp.path("loss.png");
+    toy_ok(&["plot", &arg(&run), "--out", &arg(&png)]);
+    let bytes = std::fs::read(&png).expect("png written");
+    assert_eq!(&bytes[..8], b"\x89PNG\r\n\x1a\n");
+    assert!(
+        bytes.len() > 2_000,
+        "a {} byte PNG is too small for a chart",
+        bytes.len()
+    );
+    let (w, h) = (
+        u32::from_be_bytes(bytes[16..20].try_into().expect("4")),
+        u32::from_be_bytes(bytes[20..24].try_into().expect("4")),
+    );
+    assert_eq!((w, h), (900, 560));
+
+    let ckpt = run.join("ckpt-000010.gguf");
+    let text = toy_ok(&[
+        "generate",
+        "-m",
+        &arg(&ckpt),
+        "-p",
+        "fn main",
+        "-n",
+        "8",
+        "-c",
+        "16",
+    ]);
+    assert!(
+        text.starts_with("fn main") && text.len() > "fn main".len(),
+        "{text}"
+    );
+}
+
+#[test]
+fn interrupted_cli_run_resumes_to_the_same_weights() {
+    let tmp = TempDir::new("train-resume");
+    let data = prepare(&tmp);
+    let recipe_path = tmp.write("r.toml", recipe(Path::new(&data)));
+    let (a, b) = (tmp.path("a"), tmp.path("b"));
+    toy_ok(&["train", &arg(&recipe_path), "--runs-dir", &arg(&a)]);
+    let out = toy_ok(&[
+        "train",
+        &arg(&recipe_path),
+        "--runs-dir",
+        &arg(&b),
+        "--stop-after",
+        "7",
+    ]);
+    assert!(out.contains("(stopped)"), "{out}");
+    let run_b = only_run(&b);
+    toy_ok(&["train", "--resume", &arg(&run_b)]);
+    let state = |run: &Path| std::fs::read(run.join("ckpt-000010.state")).expect("state");
+    assert!(
+        state(&only_run(&a)) == state(&run_b),
+        "resumed state differs from uninterrupted"
+    );
+}
+
+#[test]
+fn training_mistakes_are_one_line_errors() {
+    let tmp = TempDir::new("train-errors");
+    let data = prepare(&tmp);
+    let recipe_path = tmp.write("r.toml", recipe(Path::new(&data)));
+    let runs = arg(&tmp.path("runs"));
+    let e = toy_err(&[
+        "train",
+        &arg(&recipe_path),
+        "--runs-dir",
+        &runs,
+        "--set",
+        "optim.lrr=1",
+    ]);
+    assert!(e.contains("unknown field `lrr`"), "{e}");
+    let e = toy_err(&[
+        "train",
+        &arg(&recipe_path),
+        "--runs-dir",
+        &runs,
+        "--set",
+        "model.vocab=512",
+    ]);
+    assert!(e.contains("vocabulary of 300") && e.contains("512"), "{e}");
+    let e = toy_err(&["train", "--resume", &arg(&tmp.path("nope"))]);
+    assert!(e.contains("not a run folder"), "{e}");
+    let e = toy_err(&["data", "prepare", "--out", &arg(&tmp.path("x"))]);
+    assert!(e.contains("--vocab-size"), "{e}");
+    let e = toy_err(&[
+        "data",
+        "prepare",
+        &arg(&tmp.path("missing.txt")),
+        "--out",
+        &arg(&tmp.path("x")),
+        "--vocab-size",
+        "300",
+    ]);
+    assert!(e.contains("missing.txt"), "{e}");
+    let e = toy_err(&["plot", &arg(&tmp.path("nope"))]);
+    assert!(e.contains("not a run folder"), "{e}");
+}
+
+#[test]
+fn default_corpus_is_the_rust_book_or_a_clear_error() {
+    let tmp = TempDir::new("rust-book");
+    let out = toy(&[
+        "data",
+        "prepare",
+        "--out",
+        &arg(&tmp.path("book")),
+        "--vocab-size",
+        "300",
+    ]);
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    if out.status.success() {
+        // The book has ~100 chapters and appendices and well over 100k tokens.
+        let docs: usize = stdout
+            .split(": ")
+            .nth(1)
+            .and_then(|s| s.split(' ').next())
+            .and_then(|n| n.parse().ok())
+            .unwrap_or(0);
+        assert!(docs >= 50, "{stdout}");
+        let spec = std::fs::read(tmp.path("book/train.bin")).expect("train.bin");
+        assert!(spec.len() > 200_000, "{} bytes of tokens", spec.len());
+    } else {
+        assert!(
+            stderr.contains("rust-docs"),
+            "absent docs must say how to get them: {stderr}"
+        );
+    }
+}
