@@ -29,8 +29,9 @@ pub struct Group {
     scratch: State,
     /// Reused copy of one row of logits for sampling with bias or penalties.
     buf: Vec<f32>,
-    /// Decode steps move to one thread while another process holds a core.
-    pool: Adaptive,
+    /// Decode steps move to one thread while another process holds a core; one chooser per
+    /// batch size, since it compares timings of like jobs.
+    pools: Vec<Adaptive>,
     chunk: usize,
 }
 
@@ -55,7 +56,7 @@ impl Group {
             slots,
             scratch,
             buf: Vec::new(),
-            pool: Adaptive::new(),
+            pools: (0..parallel.max(1)).map(|_| Adaptive::new()).collect(),
             chunk: chunk.max(1),
         }
     }
@@ -115,14 +116,59 @@ impl Group {
     /// tokens were decoded.
     pub fn step(&mut self) -> (Vec<SeqDone>, usize) {
         let mut done = Vec::new();
+        let t0 = Instant::now();
+        self.share_prefixes();
         if let Err(e) = self.prefill_one(&mut done) {
             self.fail_all(&e, &mut done);
         }
-        match self.decode_all(&mut done) {
+        let t1 = Instant::now();
+        let r = self.decode_all(&mut done);
+        if std::env::var_os("TOY_TRACE").is_some() {
+            eprintln!("prefill {:.1} ms decode {:?} {:.1} ms", (t1 - t0).as_secs_f64() * 1e3, r.as_ref().ok(), t1.elapsed().as_secs_f64() * 1e3);
+        }
+        match r {
             Ok(n) => (done, n),
             Err(e) => {
                 self.fail_all(&e, &mut done);
                 (done, 0)
+            }
+        }
+    }
+
+    /// Let prefilling sequences take what other slots already computed: when another
+    /// slot's cache holds a longer prefix of the prompt, its rows are copied (identical to
+    /// what prefill would compute, chunks being split-invariant). A prompt left with one
+    /// token to feed joins the batched decode step instead of a prefill pass of its own,
+    /// so N clients sending the same prompt cost one prefill and one batched step.
+    fn share_prefixes(&mut self) {
+        for i in 0..self.slots.len() {
+            let Some(seq) = self.slots[i].seq.as_ref() else {
+                continue;
+            };
+            if !seq.prefilling() || seq.job.params.prompt_logprobs {
+                continue;
+            }
+            let (fed, len) = (seq.fed, seq.prompt.len());
+            let prompt = seq.prompt.clone();
+            let best = (0..self.slots.len())
+                .filter(|&j| j != i)
+                .map(|j| (common_prefix(&self.slots[j].tokens, &prompt).min(len - 1), j))
+                .max();
+            if let Some((upto, j)) = best.filter(|&(upto, _)| upto > fed) {
+                let (src, dst) = pair(&mut self.slots, j, i);
+                copy_rows(&src.cache, &mut dst.cache, fed, upto);
+                dst.tokens.extend_from_slice(&prompt[fed..upto]);
+                if let Some(seq) = dst.seq.as_mut() {
+                    seq.fed = upto;
+                    seq.cached += upto - fed;
+                }
+            }
+            let slot = &mut self.slots[i];
+            if let Some(seq) = slot.seq.as_mut() {
+                if seq.fed + 1 == len && seq.job.params.max_tokens > 0 {
+                    seq.fed = len;
+                    seq.next = Some(prompt[len - 1]);
+                }
             }
         }
     }
@@ -204,7 +250,7 @@ impl Group {
             slots,
             scratch,
             buf,
-            pool,
+            pools,
             ..
         } = self;
         let mut tokens = Vec::with_capacity(slots.len());
@@ -221,6 +267,7 @@ impl Group {
             return Ok(0);
         }
         let m = &model.model;
+        let pool = &mut pools[tokens.len() - 1];
         let logits = pool.run(|| m.forward_multi(scratch, &mut caches, &tokens).map(|_| ()));
         drop(caches);
         logits?;
@@ -258,4 +305,28 @@ impl Group {
             slot.tokens.clear();
         }
     }
+}
+
+/// Mutable `b` and shared `a` of one slice (a != b).
+fn pair(slots: &mut [Slot], a: usize, b: usize) -> (&Slot, &mut Slot) {
+    if a < b {
+        let (lo, hi) = slots.split_at_mut(b);
+        (&lo[a], &mut hi[0])
+    } else {
+        let (lo, hi) = slots.split_at_mut(a);
+        (&hi[0], &mut lo[b])
+    }
+}
+
+/// Copy positions `from..to` of every layer's keys and values, (Hkv, P, D) each, from `src`
+/// to `dst` (caches of one model and context) and account them in `dst.pos`.
+fn copy_rows(src: &KvCache, dst: &mut KvCache, from: usize, to: usize) {
+    let (d, ctx) = (src.head_dim, src.ctx);
+    for (s, t) in src.k.iter().zip(dst.k.iter_mut()).chain(src.v.iter().zip(dst.v.iter_mut())) {
+        for g in 0..src.n_kv_head {
+            let (a, b) = ((g * ctx + from) * d, (g * ctx + to) * d);
+            t[a..b].copy_from_slice(&s[a..b]);
+        }
+    }
+    dst.pos = to;
 }
