@@ -50,7 +50,9 @@ pub async fn embeddings(
             .map(|v| {
                 v.as_u64()
                     .and_then(|x| u32::try_from(x).ok())
-                    .ok_or_else(|| ApiError::invalid("input", format!("'{at}' holds {v}, not a token id")))
+                    .ok_or_else(|| {
+                        ApiError::invalid("input", format!("'{at}' holds {v}, not a token id"))
+                    })
             })
             .collect()
     };
@@ -69,7 +71,10 @@ pub async fn embeddings(
                 Value::Array(ids) => ids_of(ids, &format!("input[{i}]")),
                 v => Err(ApiError::invalid(
                     "input",
-                    format!("'input[{i}]' must be a string or a list of token ids, got {}", kind(v)),
+                    format!(
+                        "'input[{i}]' must be a string or a list of token ids, got {}",
+                        kind(v)
+                    ),
                 )),
             })
             .collect::<Result<_, _>>()?,
@@ -83,7 +88,10 @@ pub async fn embeddings(
     if inputs.len() > MAX_INPUTS {
         return Err(ApiError::invalid(
             "input",
-            format!("{} inputs in one request; at most {MAX_INPUTS}", inputs.len()),
+            format!(
+                "{} inputs in one request; at most {MAX_INPUTS}",
+                inputs.len()
+            ),
         ));
     }
     let vocab = model.model.cfg.vocab;
@@ -100,7 +108,11 @@ pub async fn embeddings(
         if ids.len() > model.ctx {
             return Err(ApiError::invalid(
                 "input",
-                format!("input {i} has {} tokens but the context holds {}", ids.len(), model.ctx),
+                format!(
+                    "input {i} has {} tokens but the context holds {}",
+                    ids.len(),
+                    model.ctx
+                ),
             )
             .code("context_length_exceeded"));
         }
@@ -113,7 +125,11 @@ pub async fn embeddings(
         reply: tx,
     };
     state.engine.submit(Job::Embed(job)).map_err(|_| {
-        ApiError::new(StatusCode::SERVICE_UNAVAILABLE, "server_error", "the engine stopped")
+        ApiError::new(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "server_error",
+            "the engine stopped",
+        )
     })?;
     let vectors = rx
         .await

@@ -44,7 +44,13 @@ pub struct RequestLog {
 }
 
 impl RequestLog {
-    pub fn new(tel: Arc<Telemetry>, route: &str, model: &str, stream: bool, started: Instant) -> Self {
+    pub fn new(
+        tel: Arc<Telemetry>,
+        route: &str,
+        model: &str,
+        stream: bool,
+        started: Instant,
+    ) -> Self {
         let line = json!({"type": "request", "route": route, "model": model, "stream": stream});
         Self {
             tel,
@@ -63,9 +69,10 @@ impl RequestLog {
         self.line["prompt_tokens"] = u["prompt_tokens"].clone();
         self.line["completion_tokens"] = u["completion_tokens"].clone();
         self.line["cached_tokens"] = u["prompt_tokens_details"]["cached_tokens"].clone();
-        let ttft = done.iter().filter_map(|d| d.ttft_ms).fold(None, |a: Option<f64>, t| {
-            Some(a.map_or(t, |a| a.min(t)))
-        });
+        let ttft = done
+            .iter()
+            .filter_map(|d| d.ttft_ms)
+            .fold(None, |a: Option<f64>, t| Some(a.map_or(t, |a| a.min(t))));
         self.line["ttft_ms"] = json!(ttft.map(|t| (t * 100.0).round() / 100.0));
         self.write(status);
     }
@@ -102,7 +109,9 @@ impl ChoiceOut {
     /// Apply an event for this choice.
     pub fn apply(&mut self, ev: Event) {
         match ev {
-            Event::Token { text, id, logprob, .. } => {
+            Event::Token {
+                text, id, logprob, ..
+            } => {
                 self.text.push_str(&text);
                 self.tokens.push((id, logprob));
             }
@@ -151,7 +160,13 @@ pub async fn run(state: &AppState, req: GenRequest, route: &str) -> Result<Respo
         )
         .code("queue_full")
     })?;
-    let mut log = RequestLog::new(state.telemetry.clone(), route, &req.model.id, req.stream, req.started);
+    let mut log = RequestLog::new(
+        state.telemetry.clone(),
+        route,
+        &req.model.id,
+        req.stream,
+        req.started,
+    );
     if let Some(p) = &req.logged_prompt {
         log.set("prompt", p.clone());
     }

@@ -65,23 +65,27 @@ impl Group {
         self.slots.iter().filter(|s| s.seq.is_some()).count()
     }
 
-    pub fn has_free(&self) -> bool {
-        self.slots.iter().any(|s| s.seq.is_none())
-    }
-
-    /// Put `seq` into the free slot whose cache shares the longest prefix with its prompt
-    /// (ties: the least recently used), keeping that prefix. False when no slot is free.
-    pub fn admit(&mut self, mut seq: Seq, reuse: bool) -> Result<(), Seq> {
-        let best = self
-            .slots
+    /// The free slot whose cache shares the longest prefix with `prompt` (ties: the least
+    /// recently used), and that prefix's length.
+    pub fn best_slot(&self, prompt: &[u32]) -> Option<(usize, usize)> {
+        self.slots
             .iter()
             .enumerate()
             .filter(|(_, s)| s.seq.is_none())
-            .map(|(i, s)| (common_prefix(&s.tokens, &seq.prompt), std::cmp::Reverse(s.freed), i))
-            .max();
-        let Some((common, _, i)) = best else {
-            return Err(seq);
-        };
+            .map(|(i, s)| {
+                (
+                    common_prefix(&s.tokens, prompt),
+                    std::cmp::Reverse(s.freed),
+                    i,
+                )
+            })
+            .max()
+            .map(|(common, _, i)| (i, common))
+    }
+
+    /// Put `seq` into free slot `i`, keeping the `common` positions its cache shares with
+    /// the prompt when `reuse` allows.
+    pub fn admit(&mut self, i: usize, common: usize, mut seq: Seq, reuse: bool) {
         // one prompt token is always fed, for the logits of the first output token
         let keep = if reuse {
             common.min(seq.prompt.len() - 1)
@@ -95,7 +99,6 @@ impl Group {
         seq.cached = keep;
         seq.admitted = Instant::now();
         slot.seq = Some(seq);
-        Ok(())
     }
 
     /// Free the slots of clients that went away; returns how many.
@@ -116,16 +119,11 @@ impl Group {
     /// tokens were decoded.
     pub fn step(&mut self) -> (Vec<SeqDone>, usize) {
         let mut done = Vec::new();
-        let t0 = Instant::now();
         self.share_prefixes();
         if let Err(e) = self.prefill_one(&mut done) {
             self.fail_all(&e, &mut done);
         }
-        let t1 = Instant::now();
         let r = self.decode_all(&mut done);
-        if std::env::var_os("TOY_TRACE").is_some() {
-            eprintln!("prefill {:.1} ms decode {:?} {:.1} ms", (t1 - t0).as_secs_f64() * 1e3, r.as_ref().ok(), t1.elapsed().as_secs_f64() * 1e3);
-        }
         match r {
             Ok(n) => (done, n),
             Err(e) => {
@@ -152,7 +150,12 @@ impl Group {
             let prompt = seq.prompt.clone();
             let best = (0..self.slots.len())
                 .filter(|&j| j != i)
-                .map(|j| (common_prefix(&self.slots[j].tokens, &prompt).min(len - 1), j))
+                .map(|j| {
+                    (
+                        common_prefix(&self.slots[j].tokens, &prompt).min(len - 1),
+                        j,
+                    )
+                })
                 .max();
             if let Some((upto, j)) = best.filter(|&(upto, _)| upto > fed) {
                 let (src, dst) = pair(&mut self.slots, j, i);
@@ -180,7 +183,12 @@ impl Group {
             .slots
             .iter()
             .enumerate()
-            .filter_map(|(i, s)| s.seq.as_ref().filter(|q| q.prefilling()).map(|q| (q.admitted, i)))
+            .filter_map(|(i, s)| {
+                s.seq
+                    .as_ref()
+                    .filter(|q| q.prefilling())
+                    .map(|q| (q.admitted, i))
+            })
             .min()
             .map(|(_, i)| i)
         else {
@@ -322,7 +330,12 @@ fn pair(slots: &mut [Slot], a: usize, b: usize) -> (&Slot, &mut Slot) {
 /// to `dst` (caches of one model and context) and account them in `dst.pos`.
 fn copy_rows(src: &KvCache, dst: &mut KvCache, from: usize, to: usize) {
     let (d, ctx) = (src.head_dim, src.ctx);
-    for (s, t) in src.k.iter().zip(dst.k.iter_mut()).chain(src.v.iter().zip(dst.v.iter_mut())) {
+    for (s, t) in src
+        .k
+        .iter()
+        .zip(dst.k.iter_mut())
+        .chain(src.v.iter().zip(dst.v.iter_mut()))
+    {
         for g in 0..src.n_kv_head {
             let (a, b) = ((g * ctx + from) * d, (g * ctx + to) * d);
             t[a..b].copy_from_slice(&s[a..b]);

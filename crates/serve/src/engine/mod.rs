@@ -74,13 +74,19 @@ pub enum Event {
         logprob: Option<TokenLogprob>,
     },
     /// Text released at the end without a token of its own.
-    Text { index: usize, text: String },
+    Text {
+        index: usize,
+        text: String,
+    },
     /// Logprobs of the prompt's tokens after the first (echo with logprobs).
     PromptLogprobs {
         index: usize,
         logprobs: Vec<TokenLogprob>,
     },
-    Error { index: usize, message: String },
+    Error {
+        index: usize,
+        message: String,
+    },
     Done(SeqDone),
 }
 
@@ -298,10 +304,9 @@ impl Engine {
         let mut still = VecDeque::new();
         while let Some(seq) = self.waiting.pop_front() {
             let model = seq.job.model.clone();
-            let group = self
-                .groups
-                .entry(model.id.clone())
-                .or_insert_with(|| Group::new(model.clone(), self.opts.parallel, self.opts.prefill_chunk));
+            let group = self.groups.entry(model.id.clone()).or_insert_with(|| {
+                Group::new(model.clone(), self.opts.parallel, self.opts.prefill_chunk)
+            });
             if !Arc::ptr_eq(&group.model, &model) {
                 // the model was reloaded: the old slots go once they are idle
                 if group.active() > 0 {
@@ -310,18 +315,21 @@ impl Engine {
                 }
                 *group = Group::new(model.clone(), self.opts.parallel, self.opts.prefill_chunk);
             }
-            let blocked = still.iter().any(|s: &Seq| Arc::ptr_eq(&s.job.model, &model));
-            if blocked || !group.has_free() {
+            let blocked = still
+                .iter()
+                .any(|s: &Seq| Arc::ptr_eq(&s.job.model, &model));
+            let slot = if blocked {
+                None
+            } else {
+                group.best_slot(&seq.prompt)
+            };
+            let Some((i, common)) = slot else {
                 still.push_back(seq);
                 continue;
-            }
+            };
             let reuse = !seq.job.params.prompt_logprobs;
-            match group.admit(seq, reuse) {
-                Ok(()) => {
-                    self.metrics.queue_depth.fetch_sub(1, Ordering::SeqCst);
-                }
-                Err(seq) => still.push_back(seq),
-            }
+            group.admit(i, common, seq, reuse);
+            self.metrics.queue_depth.fetch_sub(1, Ordering::SeqCst);
         }
         self.waiting = still;
     }
@@ -338,9 +346,7 @@ impl Engine {
                 self.registry.touch(&e.id);
                 continue;
             }
-            if e.is_loaded() && self.registry.unload_if_idle(&e.id, idle) {
-                self.groups.remove(&e.id);
-            } else if !e.is_loaded() {
+            if !e.is_loaded() || self.registry.unload_if_idle(&e.id, idle) {
                 self.groups.remove(&e.id);
             }
         }
@@ -357,7 +363,10 @@ fn embed(m: &LoadedModel, inputs: &[Vec<u32>], chunk: usize) -> Result<Vec<Vec<f
         state.reset();
         let mut sum = vec![0f64; c];
         for part in ids.chunks(state.n_batch) {
-            let h = m.model.hidden(&mut state, part).map_err(|e| e.to_string())?;
+            let h = m
+                .model
+                .hidden(&mut state, part)
+                .map_err(|e| e.to_string())?;
             for row in h.chunks_exact(c) {
                 sum.iter_mut().zip(row).for_each(|(s, &x)| *s += x as f64);
             }

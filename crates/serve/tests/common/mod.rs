@@ -92,7 +92,11 @@ pub async fn post(s: &Server, path: &str, body: &Value) -> (u16, Value) {
 }
 
 pub async fn get(s: &Server, path: &str) -> (u16, Value) {
-    let r = client().get(url(s, path)).send().await.expect("request sent");
+    let r = client()
+        .get(url(s, path))
+        .send()
+        .await
+        .expect("request sent");
     let status = r.status().as_u16();
     let text = r.text().await.expect("body read");
     let v = serde_json::from_str(&text)
@@ -101,7 +105,11 @@ pub async fn get(s: &Server, path: &str) -> (u16, Value) {
 }
 
 pub async fn get_text(s: &Server, path: &str) -> (u16, String) {
-    let r = client().get(url(s, path)).send().await.expect("request sent");
+    let r = client()
+        .get(url(s, path))
+        .send()
+        .await
+        .expect("request sent");
     let status = r.status().as_u16();
     (status, r.text().await.expect("body read"))
 }
@@ -117,7 +125,10 @@ pub async fn stream(s: &Server, path: &str, body: &Value) -> (Vec<Value>, bool) 
         .await
         .expect("request sent");
     assert_eq!(r.status().as_u16(), 200, "stream status");
-    let ct = r.headers()["content-type"].to_str().unwrap_or("").to_string();
+    let ct = r.headers()["content-type"]
+        .to_str()
+        .unwrap_or("")
+        .to_string();
     assert!(ct.starts_with("text/event-stream"), "content-type {ct}");
     let mut raw = Vec::new();
     while let Some(chunk) = r.chunk().await.expect("stream chunk") {
