@@ -8,6 +8,7 @@ mod cmd_generate;
 mod cmd_inspect;
 mod cmd_quantize;
 mod cmd_score;
+mod cmd_serve;
 mod cmd_template;
 mod cmd_tokenize;
 mod common;
@@ -50,10 +51,17 @@ enum Cmd {
     Quantize(cmd_quantize::Args),
     /// Measure prefill and decode speed (as llama-bench).
     Bench(cmd_bench::Args),
+    /// Serve models behind an OpenAI-compatible API, with a web page.
+    Serve(cmd_serve::Args),
 }
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
+    // the server runs its model on an engine thread with a pool of its own, and its
+    // HTTP runtime beside it, not on a worker of this pool
+    if let Cmd::Serve(a) = cli.cmd {
+        return report(cmd_serve::run(a, cli.threads));
+    }
     let mut pool = rayon::ThreadPoolBuilder::new();
     if let Some(t) = cli.threads {
         pool = pool.num_threads(t.max(1));
@@ -68,7 +76,10 @@ fn main() -> ExitCode {
     // The command runs on a worker of the pool, so each parallel kernel starts on this thread
     // and only wakes the others: no hand-off to the pool and back (two context switches) for
     // each of the ~150 kernels of a decode step.
-    let result = pool.install(|| run(cli.cmd));
+    report(pool.install(|| run(cli.cmd)))
+}
+
+fn report(result: anyhow::Result<()>) -> ExitCode {
     match result {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
@@ -89,5 +100,6 @@ fn run(cmd: Cmd) -> anyhow::Result<()> {
         Cmd::Template(a) => cmd_template::run(a),
         Cmd::Quantize(a) => cmd_quantize::run(a),
         Cmd::Bench(a) => cmd_bench::run(a),
+        Cmd::Serve(a) => cmd_serve::run(a, None),
     }
 }

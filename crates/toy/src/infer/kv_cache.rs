@@ -32,6 +32,8 @@ pub fn round_queries(q: &mut [f32]) {
     q.iter_mut().for_each(|v| *v = round_f16(*v));
 }
 
+/// `Default` is an empty cache of no layers, a placeholder that allocates nothing.
+#[derive(Default)]
 pub struct KvCache {
     pub k: Vec<Vec<f16>>,
     pub v: Vec<Vec<f16>>,

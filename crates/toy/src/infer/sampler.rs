@@ -60,6 +60,8 @@ pub struct Sampler {
     /// Tokens seen so far (prompt and output), newest last.
     history: Vec<u32>,
     cand: Vec<(u32, f32)>,
+    /// Probabilities of `cand`, reused so a draw allocates nothing.
+    probs: Vec<f64>,
 }
 
 impl Sampler {
@@ -70,6 +72,7 @@ impl Sampler {
             rng,
             history: Vec::new(),
             cand: Vec::new(),
+            probs: Vec::new(),
         }
     }
 
@@ -109,10 +112,26 @@ impl Sampler {
 
     /// Choose the next token from raw logits (V). Does not record it; call `accept`.
     pub fn sample(&mut self, logits: &[f32]) -> u32 {
-        let mut l = logits.to_vec();
-        self.adjust(&mut l);
+        self.sample_in_place(&mut logits.to_vec())
+    }
+
+    /// Whether `sample` is a plain argmax of the raw logits (greedy, no bias, no penalties),
+    /// so a caller can skip copying them.
+    pub fn is_plain_greedy(&self) -> bool {
+        let c = &self.cfg;
+        c.temperature <= 0.0
+            && c.logit_bias.is_empty()
+            && c.repeat_penalty == 1.0
+            && c.presence_penalty == 0.0
+            && c.frequency_penalty == 0.0
+    }
+
+    /// `sample` on logits the caller no longer needs: bias and penalties are applied to
+    /// them in place, so the server's per-token draw allocates no vocabulary-sized vector.
+    pub fn sample_in_place(&mut self, l: &mut [f32]) -> u32 {
+        self.adjust(l);
         if self.cfg.temperature <= 0.0 {
-            return argmax(&l);
+            return argmax(l);
         }
         self.cand.clear();
         self.cand.extend(
@@ -122,7 +141,7 @@ impl Sampler {
                 .map(|(i, v)| (i as u32, *v)),
         );
         if self.cand.is_empty() {
-            return argmax(&l);
+            return argmax(l);
         }
         let c = &self.cfg;
         let k = if c.top_k == 0 {
@@ -137,24 +156,24 @@ impl Sampler {
         }
         self.cand
             .sort_unstable_by(|a, b| b.1.total_cmp(&a.1).then(a.0.cmp(&b.0)));
-        let probs = softmax_of(&self.cand, 1.0);
         if c.top_p < 1.0 {
+            softmax_of(&self.cand, 1.0, &mut self.probs);
             let mut cum = 0.0;
-            let keep = probs.iter().position(|p| {
+            let keep = self.probs.iter().position(|p| {
                 cum += p;
                 cum >= c.top_p as f64
             });
-            self.cand.truncate(keep.map_or(probs.len(), |i| i + 1));
+            self.cand.truncate(keep.map_or(self.probs.len(), |i| i + 1));
         }
         if c.min_p > 0.0 {
             let floor = self.cand[0].1 + c.min_p.ln();
             let keep = self.cand.iter().take_while(|x| x.1 >= floor).count().max(1);
             self.cand.truncate(keep);
         }
-        let probs = softmax_of(&self.cand, c.temperature);
+        softmax_of(&self.cand, c.temperature, &mut self.probs);
         let r: f64 = self.rng.random();
         let mut cum = 0.0;
-        for (p, x) in probs.iter().zip(&self.cand) {
+        for (p, x) in self.probs.iter().zip(&self.cand) {
             cum += p;
             if r < cum {
                 return x.0;
@@ -164,14 +183,13 @@ impl Sampler {
     }
 }
 
-fn softmax_of(cand: &[(u32, f32)], temp: f32) -> Vec<f64> {
+/// Probabilities of the candidates at temperature `temp`, into `out`.
+fn softmax_of(cand: &[(u32, f32)], temp: f32, out: &mut Vec<f64>) {
     let max = cand.iter().map(|x| x.1).fold(f32::NEG_INFINITY, f32::max) as f64;
-    let e: Vec<f64> = cand
-        .iter()
-        .map(|x| ((x.1 as f64 - max) / temp as f64).exp())
-        .collect();
-    let s: f64 = e.iter().sum();
-    e.into_iter().map(|v| v / s).collect()
+    out.clear();
+    out.extend(cand.iter().map(|x| ((x.1 as f64 - max) / temp as f64).exp()));
+    let s: f64 = out.iter().sum();
+    out.iter_mut().for_each(|v| *v /= s);
 }
 
 /// Index of the largest value; the lowest index wins ties.
@@ -241,6 +259,34 @@ mod tests {
             ..cfg.clone()
         };
         assert!(draws(&k1).iter().all(|&x| x == argmax(&logits)));
+    }
+
+    #[test]
+    fn sample_in_place_draws_as_sample_does() {
+        let logits: Vec<f32> = (0..64).map(|i| (i as f32 * 0.61).cos() * 3.0).collect();
+        let cfg = SamplerConfig {
+            temperature: 1.0,
+            top_k: 0,
+            top_p: 0.9,
+            presence_penalty: 0.5,
+            logit_bias: vec![(3, 2.0)],
+            seed: 11,
+            ..Default::default()
+        };
+        let (mut a, mut b) = (Sampler::new(cfg.clone()), Sampler::new(cfg));
+        for _ in 0..30 {
+            let x = a.sample(&logits);
+            let y = b.sample_in_place(&mut logits.clone());
+            assert_eq!(x, y);
+            a.accept(x);
+            b.accept(y);
+        }
+        assert!(Sampler::new(SamplerConfig::greedy()).is_plain_greedy());
+        let biased = SamplerConfig {
+            logit_bias: vec![(0, 1.0)],
+            ..SamplerConfig::greedy()
+        };
+        assert!(!Sampler::new(biased).is_plain_greedy());
     }
 
     #[test]

@@ -34,4 +34,10 @@ pub enum ModelError {
     BadToken { id: u32, vocab: usize },
     #[error("nothing to evaluate: the token list is empty")]
     Empty,
+    #[error("a batched step needs one token per cache and at most {n_batch} of them: got {tokens} tokens for {caches} caches")]
+    BatchShape {
+        tokens: usize,
+        caches: usize,
+        n_batch: usize,
+    },
 }

@@ -3,7 +3,7 @@
 //! linear layers with bias. Letters: T tokens, C width, H heads, D head size, F MLP width.
 
 use super::weights::{embedding_and_head, load_f32, Linear, Weight};
-use super::{Config, ModelError, State};
+use super::{Config, ModelError, Span, State};
 use crate::gguf::GgufFile;
 use crate::infer::kv_cache::{f16_attention, round_queries};
 use tinynn::kernels::act::gelu;
@@ -52,8 +52,8 @@ impl Block {
         })
     }
 
-    fn forward(&self, file: &[u8], cfg: &Config, s: &mut State, l: usize, pos0: usize, t: usize) {
-        let (c, ff) = (cfg.d_model, cfg.d_ff);
+    fn forward(&self, file: &[u8], cfg: &Config, s: &mut State, l: usize, sp: &mut Span) {
+        let (c, ff, pos0, t) = (cfg.d_model, cfg.d_ff, sp.pos0, sp.len);
         let (x, h) = (&mut s.x[..t * c], &mut s.h[..t * c]);
         self.attn_norm.forward(x, cfg.norm_eps, h);
         // (T, C) -> (T, 3C), split into q, k, v (T, C) each
@@ -65,7 +65,7 @@ impl Block {
             s.k[i * c..(i + 1) * c].copy_from_slice(&row[c..2 * c]);
             s.v[i * c..(i + 1) * c].copy_from_slice(&row[2 * c..]);
         }
-        s.cache.store(l, pos0, &s.k[..t * c], &s.v[..t * c]);
+        sp.cache.store(l, pos0, &s.k[..t * c], &s.v[..t * c]);
         if f16_attention(t) {
             round_queries(&mut s.q[..t * c]);
         }
@@ -73,14 +73,14 @@ impl Block {
             n_head: cfg.n_head,
             n_kv_head: cfg.n_kv_head,
             head_dim: cfg.head_dim,
-            ctx: s.cache.ctx,
+            ctx: sp.cache.ctx,
             f16_accumulate: f16_attention(t),
         };
         let att = &mut s.att[..t * c];
         causal_attention(
             &s.q[..t * c],
-            &s.cache.k[l],
-            &s.cache.v[l],
+            &sp.cache.k[l],
+            &sp.cache.v[l],
             shape,
             pos0,
             att,
@@ -127,9 +127,9 @@ impl Gpt2 {
         cfg: &Config,
         s: &mut State,
         tokens: &[u32],
-        pos0: usize,
+        sp: &mut Span,
     ) {
-        let c = cfg.d_model;
+        let (c, pos0) = (cfg.d_model, sp.pos0);
         let (wte, wpe) = (self.token_embd.qmat(file), self.position_embd.qmat(file));
         for (i, &id) in tokens.iter().enumerate() {
             wte.dequantize_row(id as usize, &mut s.x[i * c..(i + 1) * c]);
@@ -140,7 +140,7 @@ impl Gpt2 {
                 .for_each(|(a, b)| *a += b);
         }
         for (l, b) in self.blocks.iter().enumerate() {
-            b.forward(file, cfg, s, l, pos0, tokens.len());
+            b.forward(file, cfg, s, l, sp);
         }
     }
 

@@ -5,10 +5,9 @@
 //! H / Hkv heads, D head size, F MLP width, V vocabulary.
 
 use super::weights::{embedding_and_head, load_f32, load_f32_opt, Linear, Weight};
-use super::{Config, ModelError, State};
+use super::{Config, ModelError, Span, State};
 use crate::gguf::GgufFile;
 use crate::infer::kv_cache::{f16_attention, round_queries};
-use std::ops::Range;
 use tinynn::kernels::act::swiglu;
 use tinynn::kernels::attention::{causal_attention, AttnShape};
 use tinynn::kernels::norm::{rmsnorm, rmsnorm_inplace};
@@ -49,7 +48,9 @@ impl Block {
         })
     }
 
-    /// Run layer `l` on s.x (T, C) for the tokens at positions `pos` (T of them).
+    /// Run layer `l` on s.x (T, C): the rows are the spans' tokens one span after another,
+    /// each span a run of consecutive positions of one sequence. Everything but attention
+    /// runs on all T rows at once, so several sequences share one pass over the weights.
     fn forward(
         &self,
         file: &[u8],
@@ -57,9 +58,9 @@ impl Block {
         rope: &Rope,
         s: &mut State,
         l: usize,
-        pos: Range<usize>,
+        spans: &mut [Span],
     ) {
-        let (pos0, t) = (pos.start, pos.len());
+        let t: usize = spans.iter().map(|sp| sp.len).sum();
         let (c, qd, kvd, ff, d) = (
             cfg.d_model,
             cfg.q_dim(),
@@ -84,23 +85,31 @@ impl Block {
         if let Some(w) = &self.attn_k_norm {
             rmsnorm_inplace(k, w, cfg.norm_eps);
         }
-        for i in 0..t {
-            rope.apply(&mut q[i * qd..(i + 1) * qd], d, pos0 + i);
-            rope.apply(&mut k[i * kvd..(i + 1) * kvd], d, pos0 + i);
-        }
-        s.cache.store(l, pos0, k, v);
-        if f16_attention(t) {
-            round_queries(q);
-        }
-        let shape = AttnShape {
-            n_head: cfg.n_head,
-            n_kv_head: cfg.n_kv_head,
-            head_dim: d,
-            ctx: s.cache.ctx,
-            f16_accumulate: f16_attention(t),
-        };
         let att = &mut s.att[..t * qd];
-        causal_attention(q, &s.cache.k[l], &s.cache.v[l], shape, pos0, att);
+        let mut r0 = 0;
+        for sp in spans.iter_mut() {
+            let (n, pos0) = (sp.len, sp.pos0);
+            let rows = |w: usize| r0 * w..(r0 + n) * w;
+            let (q, k, v) = (&mut q[rows(qd)], &mut k[rows(kvd)], &v[rows(kvd)]);
+            for i in 0..n {
+                rope.apply(&mut q[i * qd..(i + 1) * qd], d, pos0 + i);
+                rope.apply(&mut k[i * kvd..(i + 1) * kvd], d, pos0 + i);
+            }
+            sp.cache.store(l, pos0, k, v);
+            if f16_attention(n) {
+                round_queries(q);
+            }
+            let shape = AttnShape {
+                n_head: cfg.n_head,
+                n_kv_head: cfg.n_kv_head,
+                head_dim: d,
+                ctx: sp.cache.ctx,
+                f16_accumulate: f16_attention(n),
+            };
+            let (kc, vc) = (&sp.cache.k[l], &sp.cache.v[l]);
+            causal_attention(q, kc, vc, shape, pos0, &mut att[rows(qd)]);
+            r0 += n;
+        }
         // (T, H*D) -> (T, C), added to the residual
         let proj = &mut s.proj[..t * c];
         self.attn_output.forward(file, att, t, proj);
@@ -151,22 +160,22 @@ impl Llama {
         })
     }
 
-    /// tokens (T) at positions pos0.. -> s.x (T, C) of the final residual stream.
+    /// tokens (T), laid out as `spans` say -> s.x (T, C) of the final residual stream.
     pub fn forward_hidden(
         &self,
         file: &[u8],
         cfg: &Config,
         s: &mut State,
         tokens: &[u32],
-        pos0: usize,
+        spans: &mut [Span],
     ) {
-        let (c, t) = (cfg.d_model, tokens.len());
+        let c = cfg.d_model;
         let emb = self.token_embd.qmat(file);
         for (i, &id) in tokens.iter().enumerate() {
             emb.dequantize_row(id as usize, &mut s.x[i * c..(i + 1) * c]);
         }
         for (l, b) in self.blocks.iter().enumerate() {
-            b.forward(file, cfg, &self.rope, s, l, pos0..pos0 + t);
+            b.forward(file, cfg, &self.rope, s, l, spans);
         }
     }
 

@@ -14,8 +14,17 @@ pub use error::ModelError;
 pub use state::{Logits, State};
 
 use crate::gguf::GgufFile;
+use crate::infer::kv_cache::KvCache;
 use std::path::Path;
 use std::sync::Arc;
+
+/// A run of consecutive positions of one sequence inside a batch: its `len` tokens are the
+/// next rows of the batch, at positions `pos0..pos0 + len` of `cache`.
+pub struct Span<'c> {
+    pub cache: &'c mut KvCache,
+    pub pos0: usize,
+    pub len: usize,
+}
 
 enum Body {
     Llama(llama::Llama),
@@ -52,6 +61,17 @@ impl Model {
         State::new(&self.cfg, ctx.max(1), n_batch.min(ctx).max(1))
     }
 
+    /// A KV cache for one sequence of up to `ctx` positions, to use with a shared scratch
+    /// state in [`Model::forward_cache`] and [`Model::forward_multi`].
+    pub fn new_cache(&self, ctx: usize) -> KvCache {
+        let c = &self.cfg;
+        let ctx = match c.arch {
+            Arch::Gpt2 => ctx.min(c.ctx_train),
+            _ => ctx,
+        };
+        KvCache::new(c.n_layer, c.n_kv_head, c.head_dim, ctx.max(1))
+    }
+
     /// Feed `tokens` after what `s` holds; return the logits of the last token (V) or of
     /// every token (T, V).
     pub fn forward<'s>(
@@ -60,6 +80,13 @@ impl Model {
         tokens: &[u32],
         which: Logits,
     ) -> Result<&'s [f32], ModelError> {
+        let mut cache = std::mem::take(&mut s.cache);
+        let r = self.forward_cache(s, &mut cache, tokens, which).map(|_| ());
+        s.cache = cache;
+        r.map(|()| &s.logits[..])
+    }
+
+    fn check_tokens(&self, tokens: &[u32]) -> Result<(), ModelError> {
         if tokens.is_empty() {
             return Err(ModelError::Empty);
         }
@@ -69,8 +96,38 @@ impl Model {
                 vocab: self.cfg.vocab,
             });
         }
-        s.cache.check_room(tokens.len())?;
+        Ok(())
+    }
+
+    /// Run the blocks on `tokens` laid out as `spans` say, into scratch.x.
+    fn hidden_spans(&self, scratch: &mut State, tokens: &[u32], spans: &mut [Span]) {
         let file = self.file.bytes();
+        match &self.body {
+            Body::Llama(m) => m.forward_hidden(file, &self.cfg, scratch, tokens, spans),
+            Body::Gpt2(m) => {
+                // GPT-2 runs one sequence at a time.
+                let mut done = 0;
+                for sp in spans.iter_mut() {
+                    let toks = &tokens[done..done + sp.len];
+                    m.forward_hidden(file, &self.cfg, scratch, toks, sp);
+                    done += sp.len;
+                }
+            }
+        }
+    }
+
+    /// Like [`Model::forward`] for the sequence held in `cache`, using `scratch`'s buffers
+    /// (its own cache is not touched): one scratch state serves many sequences.
+    pub fn forward_cache<'s>(
+        &self,
+        scratch: &'s mut State,
+        cache: &mut KvCache,
+        tokens: &[u32],
+        which: Logits,
+    ) -> Result<&'s [f32], ModelError> {
+        self.check_tokens(tokens)?;
+        cache.check_room(tokens.len())?;
+        let s = scratch;
         let v = self.cfg.vocab;
         let n_out = if which == Logits::All {
             tokens.len()
@@ -80,19 +137,22 @@ impl Model {
         s.logits.resize(n_out * v, 0.0);
         let mut done = 0;
         for chunk in tokens.chunks(s.n_batch) {
-            let (pos0, t) = (s.cache.pos, chunk.len());
-            match &self.body {
-                Body::Llama(m) => m.forward_hidden(file, &self.cfg, s, chunk, pos0),
-                Body::Gpt2(m) => m.forward_hidden(file, &self.cfg, s, chunk, pos0),
-            }
-            s.cache.pos += t;
+            let t = chunk.len();
+            let pos0 = cache.pos;
+            let span = Span {
+                cache: &mut *cache,
+                pos0,
+                len: t,
+            };
+            self.hidden_spans(s, chunk, &mut [span]);
+            cache.pos += t;
             done += t;
             if which == Logits::Last && done < tokens.len() {
                 continue;
             }
             self.final_norm(s, t);
             let c = self.cfg.d_model;
-            let head = self.head().qmat(file);
+            let head = self.head().qmat(self.file.bytes());
             let mut logits = std::mem::take(&mut s.logits);
             match which {
                 Logits::All => {
@@ -104,6 +164,52 @@ impl Model {
                 }
             }
             s.logits = logits;
+        }
+        Ok(&s.logits)
+    }
+
+    /// The next token of each of N sequences in one batched pass: `tokens[i]` goes after what
+    /// `caches[i]` holds. Returns logits (N, V), row i for sequence i. The weights are
+    /// streamed once for all N, which is what makes serving several clients cheap; with the
+    /// interleaved integer kernels the rows have the bits of N separate decode steps.
+    pub fn forward_multi<'s>(
+        &self,
+        scratch: &'s mut State,
+        caches: &mut [&mut KvCache],
+        tokens: &[u32],
+    ) -> Result<&'s [f32], ModelError> {
+        let n = tokens.len();
+        self.check_tokens(tokens)?;
+        if caches.len() != n || n > scratch.n_batch {
+            return Err(ModelError::BatchShape {
+                tokens: n,
+                caches: caches.len(),
+                n_batch: scratch.n_batch,
+            });
+        }
+        for c in caches.iter() {
+            c.check_room(1)?;
+        }
+        let mut spans: Vec<Span> = caches
+            .iter_mut()
+            .map(|c| Span {
+                pos0: c.pos,
+                cache: c,
+                len: 1,
+            })
+            .collect();
+        self.hidden_spans(scratch, tokens, &mut spans);
+        drop(spans);
+        caches.iter_mut().for_each(|c| c.pos += 1);
+        self.final_norm(scratch, n);
+        let (c, v) = (self.cfg.d_model, self.cfg.vocab);
+        let s = scratch;
+        s.logits.resize(n * v, 0.0);
+        let head = self.head().qmat(self.file.bytes());
+        if n == 1 {
+            tinynn::kernels::qmatmul::matvec(&head, &s.h[..c], &mut s.logits);
+        } else {
+            tinynn::kernels::qmatmul::matmul(&head, &s.h[..n * c], n, &mut s.logits);
         }
         Ok(&s.logits)
     }
@@ -121,13 +227,17 @@ impl Model {
                 ctx: s.n_batch,
             });
         }
+        self.check_tokens(tokens)?;
         s.cache.check_room(tokens.len())?;
-        let pos0 = s.cache.pos;
-        match &self.body {
-            Body::Llama(m) => m.forward_hidden(self.file.bytes(), &self.cfg, s, tokens, pos0),
-            Body::Gpt2(m) => m.forward_hidden(self.file.bytes(), &self.cfg, s, tokens, pos0),
-        }
-        s.cache.pos += tokens.len();
+        let mut cache = std::mem::take(&mut s.cache);
+        let span = Span {
+            pos0: cache.pos,
+            cache: &mut cache,
+            len: tokens.len(),
+        };
+        self.hidden_spans(s, tokens, &mut [span]);
+        cache.pos += tokens.len();
+        s.cache = cache;
         self.final_norm(s, tokens.len());
         Ok(&s.h[..tokens.len() * self.cfg.d_model])
     }

@@ -1,0 +1,251 @@
+//! Running a generation request for chat and completions alike: queue it on the engine
+//! (429 when the queue is full), then either gather every choice into one JSON response or
+//! stream it (see `sse.rs`). Each request leaves one telemetry line, also when the client
+//! goes away mid-way.
+
+use super::format::{chat_logprob, response_id, usage, Format, LegacyLogprobs};
+use super::sse;
+use crate::engine::{Event, GenJob, GenParams, Job, SeqDone, TokenLogprob};
+use crate::error::ApiError;
+use crate::models::{unix_now, LoadedModel};
+use crate::telemetry::Telemetry;
+use crate::AppState;
+use axum::http::StatusCode;
+use axum::response::{IntoResponse, Response};
+use axum::Json;
+use serde_json::{json, Value};
+use std::sync::Arc;
+use std::time::Instant;
+use tokio::sync::mpsc;
+
+pub struct GenRequest {
+    pub format: Format,
+    pub model: Arc<LoadedModel>,
+    pub prompts: Vec<Arc<Vec<u32>>>,
+    /// Choices per prompt.
+    pub n: usize,
+    pub params: GenParams,
+    pub stream: bool,
+    pub include_usage: bool,
+    /// Completions `echo`: the prompt's text, per prompt.
+    pub echo: Option<Vec<String>>,
+    /// The prompt text for the telemetry (`--log-prompts` only).
+    pub logged_prompt: Option<Value>,
+    pub started: Instant,
+}
+
+/// One telemetry line per request, written when the request ends; dropped unwritten (the
+/// client went away) it records status 499.
+pub struct RequestLog {
+    tel: Arc<Telemetry>,
+    line: Value,
+    started: Instant,
+    written: bool,
+}
+
+impl RequestLog {
+    pub fn new(tel: Arc<Telemetry>, route: &str, model: &str, stream: bool, started: Instant) -> Self {
+        let line = json!({"type": "request", "route": route, "model": model, "stream": stream});
+        Self {
+            tel,
+            line,
+            started,
+            written: false,
+        }
+    }
+
+    pub fn set(&mut self, key: &str, v: Value) {
+        self.line[key] = v;
+    }
+
+    pub fn done(&mut self, done: &[&SeqDone], n: usize, status: u16) {
+        let u = usage(done, n);
+        self.line["prompt_tokens"] = u["prompt_tokens"].clone();
+        self.line["completion_tokens"] = u["completion_tokens"].clone();
+        self.line["cached_tokens"] = u["prompt_tokens_details"]["cached_tokens"].clone();
+        let ttft = done.iter().filter_map(|d| d.ttft_ms).fold(None, |a: Option<f64>, t| {
+            Some(a.map_or(t, |a| a.min(t)))
+        });
+        self.line["ttft_ms"] = json!(ttft.map(|t| (t * 100.0).round() / 100.0));
+        self.write(status);
+    }
+
+    pub fn write(&mut self, status: u16) {
+        if self.written {
+            return;
+        }
+        self.written = true;
+        let ms = self.started.elapsed().as_secs_f64() * 1e3;
+        self.line["total_ms"] = json!((ms * 100.0).round() / 100.0);
+        self.line["status"] = json!(status);
+        self.tel.write(self.line.take());
+    }
+}
+
+impl Drop for RequestLog {
+    fn drop(&mut self) {
+        self.write(499);
+    }
+}
+
+/// Everything one choice produced.
+#[derive(Default)]
+pub struct ChoiceOut {
+    pub text: String,
+    pub tokens: Vec<(u32, Option<TokenLogprob>)>,
+    pub prompt_logprobs: Option<Vec<TokenLogprob>>,
+    pub done: Option<SeqDone>,
+    pub error: Option<String>,
+}
+
+impl ChoiceOut {
+    /// Apply an event for this choice.
+    pub fn apply(&mut self, ev: Event) {
+        match ev {
+            Event::Token { text, id, logprob, .. } => {
+                self.text.push_str(&text);
+                self.tokens.push((id, logprob));
+            }
+            Event::Text { text, .. } => self.text.push_str(&text),
+            Event::PromptLogprobs { logprobs, .. } => self.prompt_logprobs = Some(logprobs),
+            Event::Error { message, .. } => self.error = Some(message),
+            Event::Done(d) => self.done = Some(d),
+        }
+    }
+}
+
+pub fn event_index(ev: &Event) -> usize {
+    match ev {
+        Event::Token { index, .. }
+        | Event::Text { index, .. }
+        | Event::PromptLogprobs { index, .. }
+        | Event::Error { index, .. } => *index,
+        Event::Done(d) => d.index,
+    }
+}
+
+pub async fn run(state: &AppState, req: GenRequest, route: &str) -> Result<Response, ApiError> {
+    let (tx, rx) = mpsc::unbounded_channel();
+    let prompts: Vec<(usize, Arc<Vec<u32>>)> = req
+        .prompts
+        .iter()
+        .enumerate()
+        .flat_map(|(p, ids)| (0..req.n).map(move |j| (p * req.n + j, ids.clone())))
+        .collect();
+    let total = prompts.len();
+    let job = GenJob {
+        model: req.model.clone(),
+        prompts,
+        params: req.params.clone(),
+        events: tx,
+        enqueued: Instant::now(),
+    };
+    state.engine.submit(Job::Gen(job)).map_err(|_| {
+        ApiError::new(
+            StatusCode::TOO_MANY_REQUESTS,
+            "rate_limit_error",
+            format!(
+                "the server is busy: {} sequences are already waiting for a slot; retry later",
+                state.cfg.queue
+            ),
+        )
+        .code("queue_full")
+    })?;
+    let mut log = RequestLog::new(state.telemetry.clone(), route, &req.model.id, req.stream, req.started);
+    if let Some(p) = &req.logged_prompt {
+        log.set("prompt", p.clone());
+    }
+    if req.stream {
+        return Ok(sse::response(req, rx, total, log));
+    }
+    collect(req, rx, total, log).await
+}
+
+async fn collect(
+    req: GenRequest,
+    mut rx: mpsc::UnboundedReceiver<Event>,
+    total: usize,
+    mut log: RequestLog,
+) -> Result<Response, ApiError> {
+    let mut choices: Vec<ChoiceOut> = (0..total).map(|_| ChoiceOut::default()).collect();
+    let mut finished = 0;
+    while finished < total {
+        let Some(ev) = rx.recv().await else {
+            log.write(500);
+            return Err(ApiError::internal("the engine stopped"));
+        };
+        finished += usize::from(matches!(ev, Event::Done(_)));
+        let i = event_index(&ev);
+        if let Some(c) = choices.get_mut(i) {
+            c.apply(ev);
+        }
+    }
+    if let Some(e) = choices.iter().find_map(|c| c.error.clone()) {
+        log.write(500);
+        return Err(ApiError::internal(e));
+    }
+    let done: Vec<&SeqDone> = choices.iter().filter_map(|c| c.done.as_ref()).collect();
+    let usage = usage(&done, req.n);
+    if log.tel.log_prompts {
+        let texts: Vec<&str> = choices.iter().map(|c| c.text.as_str()).collect();
+        log.set("output", json!(texts));
+    }
+    log.done(&done, req.n, 200);
+    let m = &req.model;
+    let out: Vec<Value> = choices
+        .iter()
+        .enumerate()
+        .map(|(i, c)| {
+            let finish = c.done.as_ref().map(|d| d.finish.api_name());
+            match req.format {
+                Format::Chat => json!({
+                    "index": i,
+                    "message": {"role": "assistant", "content": c.text},
+                    "logprobs": req.params.logprobs.map(|_| json!({
+                        "content": c.tokens.iter().filter_map(|(_, lp)| lp.as_ref())
+                            .map(|lp| chat_logprob(m, lp)).collect::<Vec<_>>(),
+                    })),
+                    "finish_reason": finish,
+                }),
+                Format::Completion => {
+                    let echo = req.echo.as_ref().map(|e| e[i / req.n].as_str());
+                    let mut lp = LegacyLogprobs::new(0);
+                    if req.params.logprobs.is_some() {
+                        if let Some(prompt_lps) = &c.prompt_logprobs {
+                            let prompt = &req.prompts[i / req.n];
+                            lp.push(m, prompt[0], None);
+                            for (&id, l) in prompt[1..].iter().zip(prompt_lps) {
+                                lp.push(m, id, Some(l));
+                            }
+                        } else {
+                            lp.offset = echo.map_or(0, |e| e.chars().count());
+                        }
+                        for (id, l) in &c.tokens {
+                            lp.push(m, *id, l.as_ref());
+                        }
+                    }
+                    json!({
+                        "index": i,
+                        "text": format!("{}{}", echo.unwrap_or(""), c.text),
+                        "logprobs": req.params.logprobs.map(|_| lp.take()),
+                        "finish_reason": finish,
+                    })
+                }
+            }
+        })
+        .collect();
+    let object = match req.format {
+        Format::Chat => "chat.completion",
+        Format::Completion => "text_completion",
+    };
+    Ok(Json(json!({
+        "id": response_id(req.format),
+        "object": object,
+        "created": unix_now(),
+        "model": m.id,
+        "system_fingerprint": format!("toy-{}", env!("CARGO_PKG_VERSION")),
+        "choices": out,
+        "usage": usage,
+    }))
+    .into_response())
+}

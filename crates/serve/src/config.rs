@@ -1,0 +1,60 @@
+//! What a server is started with: the models, where it listens, and the limits of the engine.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+#[derive(Clone, Debug)]
+pub struct ServeConfig {
+    /// GGUF files to serve (`-m`, repeatable); the model id is the file stem.
+    pub models: Vec<PathBuf>,
+    /// Serve every `*.gguf` in this directory too.
+    pub models_dir: Option<PathBuf>,
+    pub host: String,
+    /// 0 picks a free port (tests).
+    pub port: u16,
+    /// When set, every API route wants `Authorization: Bearer <key>`.
+    pub api_key: Option<String>,
+    /// Sequences decoded together per model (KV slots).
+    pub parallel: usize,
+    /// Positions per slot (capped at the model's trained context).
+    pub ctx: usize,
+    /// Unload a model after this long unused; `None` keeps models loaded.
+    pub keep_alive: Option<Duration>,
+    /// Where telemetry goes (`<runs_dir>/serve-<timestamp>/events.jsonl`) and what
+    /// `/api/runs` lists.
+    pub runs_dir: PathBuf,
+    /// Write prompt and output text into the telemetry.
+    pub log_prompts: bool,
+    /// Most sequences waiting for a slot before new requests get 429.
+    pub queue: usize,
+    /// Most prompt tokens prefilled per engine step (running streams wait for one chunk).
+    pub prefill_chunk: usize,
+    /// Largest request body, bytes (413 above).
+    pub body_limit: usize,
+    /// Model threads (default: all cores).
+    pub threads: Option<usize>,
+}
+
+impl Default for ServeConfig {
+    fn default() -> Self {
+        Self {
+            models: Vec::new(),
+            models_dir: None,
+            host: "127.0.0.1".into(),
+            port: 4567,
+            api_key: None,
+            parallel: 8,
+            ctx: 2048,
+            keep_alive: Some(Duration::from_secs(300)),
+            runs_dir: PathBuf::from("runs"),
+            log_prompts: false,
+            queue: 64,
+            // Under 64 tokens, a chunk's attention runs in the f16 regime that single-token
+            // decode uses, and the result does not depend on where the prompt was split:
+            // a prompt computed after a reused prefix gives the same bits as one computed whole.
+            prefill_chunk: 48,
+            body_limit: 4 << 20,
+            threads: None,
+        }
+    }
+}

@@ -1,0 +1,261 @@
+//! The slots of one model: each holds a KV cache and the tokens in it, and at most one
+//! running sequence. A step prefills one chunk of one prompt, then decodes one token for
+//! every decoding slot in one batched pass (`Model::forward_multi`), so a long prompt
+//! delays running streams by one chunk, never by its whole length.
+
+use super::logprob::token_logprob;
+use super::seq::{Outcome, Seq};
+use super::{Event, FinishReason, SeqDone};
+use crate::models::LoadedModel;
+use std::sync::Arc;
+use std::time::Instant;
+use tinynn::pool::Adaptive;
+use toy::infer::kv_cache::KvCache;
+use toy::model::{Logits, ModelError, State};
+
+pub struct Slot {
+    pub cache: KvCache,
+    /// The tokens whose keys and values `cache` holds, in order (`cache.pos` of them).
+    pub tokens: Vec<u32>,
+    pub seq: Option<Seq>,
+    /// When the slot last finished a sequence (least recently used goes first).
+    pub freed: Instant,
+}
+
+pub struct Group {
+    pub model: Arc<LoadedModel>,
+    pub slots: Vec<Slot>,
+    /// Activation buffers shared by all slots (its own cache is unused).
+    scratch: State,
+    /// Reused copy of one row of logits for sampling with bias or penalties.
+    buf: Vec<f32>,
+    /// Decode steps move to one thread while another process holds a core.
+    pool: Adaptive,
+    chunk: usize,
+}
+
+fn common_prefix(a: &[u32], b: &[u32]) -> usize {
+    a.iter().zip(b).take_while(|(x, y)| x == y).count()
+}
+
+impl Group {
+    pub fn new(model: Arc<LoadedModel>, parallel: usize, chunk: usize) -> Self {
+        let n_batch = chunk.max(parallel).max(1);
+        let scratch = model.model.new_state(n_batch, n_batch);
+        let slots = (0..parallel.max(1))
+            .map(|_| Slot {
+                cache: model.model.new_cache(model.ctx),
+                tokens: Vec::new(),
+                seq: None,
+                freed: Instant::now(),
+            })
+            .collect();
+        Self {
+            model,
+            slots,
+            scratch,
+            buf: Vec::new(),
+            pool: Adaptive::new(),
+            chunk: chunk.max(1),
+        }
+    }
+
+    pub fn active(&self) -> usize {
+        self.slots.iter().filter(|s| s.seq.is_some()).count()
+    }
+
+    pub fn has_free(&self) -> bool {
+        self.slots.iter().any(|s| s.seq.is_none())
+    }
+
+    /// Put `seq` into the free slot whose cache shares the longest prefix with its prompt
+    /// (ties: the least recently used), keeping that prefix. False when no slot is free.
+    pub fn admit(&mut self, mut seq: Seq, reuse: bool) -> Result<(), Seq> {
+        let best = self
+            .slots
+            .iter()
+            .enumerate()
+            .filter(|(_, s)| s.seq.is_none())
+            .map(|(i, s)| (common_prefix(&s.tokens, &seq.prompt), std::cmp::Reverse(s.freed), i))
+            .max();
+        let Some((common, _, i)) = best else {
+            return Err(seq);
+        };
+        // one prompt token is always fed, for the logits of the first output token
+        let keep = if reuse {
+            common.min(seq.prompt.len() - 1)
+        } else {
+            0
+        };
+        let slot = &mut self.slots[i];
+        slot.cache.truncate(keep);
+        slot.tokens.truncate(keep);
+        seq.fed = keep;
+        seq.cached = keep;
+        seq.admitted = Instant::now();
+        slot.seq = Some(seq);
+        Ok(())
+    }
+
+    /// Free the slots of clients that went away; returns how many.
+    pub fn drop_cancelled(&mut self) -> Vec<SeqDone> {
+        let mut out = Vec::new();
+        for slot in &mut self.slots {
+            if slot.seq.as_ref().is_some_and(|s| s.job.events.is_closed()) {
+                if let Some(mut seq) = slot.seq.take() {
+                    out.push(seq.finish(FinishReason::Cancelled));
+                    slot.freed = Instant::now();
+                }
+            }
+        }
+        out
+    }
+
+    /// One engine step for this model; returns the sequences that ended and how many
+    /// tokens were decoded.
+    pub fn step(&mut self) -> (Vec<SeqDone>, usize) {
+        let mut done = Vec::new();
+        if let Err(e) = self.prefill_one(&mut done) {
+            self.fail_all(&e, &mut done);
+        }
+        match self.decode_all(&mut done) {
+            Ok(n) => (done, n),
+            Err(e) => {
+                self.fail_all(&e, &mut done);
+                (done, 0)
+            }
+        }
+    }
+
+    /// Feed the next chunk of the prompt admitted first; sample its first token when the
+    /// prompt is complete.
+    fn prefill_one(&mut self, done: &mut Vec<SeqDone>) -> Result<(), ModelError> {
+        let Some(i) = self
+            .slots
+            .iter()
+            .enumerate()
+            .filter_map(|(i, s)| s.seq.as_ref().filter(|q| q.prefilling()).map(|q| (q.admitted, i)))
+            .min()
+            .map(|(_, i)| i)
+        else {
+            return Ok(());
+        };
+        let Self {
+            model,
+            slots,
+            scratch,
+            buf,
+            chunk,
+            ..
+        } = self;
+        let m = &model.model;
+        let slot = &mut slots[i];
+        let Some(seq) = slot.seq.as_mut() else {
+            return Ok(());
+        };
+        let (from, to) = (seq.fed, (seq.fed + *chunk).min(seq.prompt.len()));
+        let toks = &seq.prompt[from..to];
+        let all = seq.job.params.prompt_logprobs;
+        let which = if all { Logits::All } else { Logits::Last };
+        let logits = m.forward_cache(scratch, &mut slot.cache, toks, which)?;
+        slot.tokens.extend_from_slice(toks);
+        seq.fed = to;
+        let v = m.cfg.vocab;
+        if all {
+            // row r predicts the token after position from + r
+            for r in 0..toks.len() {
+                if let Some(&next) = seq.prompt.get(from + r + 1) {
+                    let n = seq.job.params.logprobs.unwrap_or(0);
+                    let lp = token_logprob(&logits[r * v..(r + 1) * v], next, n);
+                    seq.prompt_logprobs.push(lp);
+                }
+            }
+        }
+        if seq.fed < seq.prompt.len() {
+            return Ok(());
+        }
+        if all {
+            let lps = std::mem::take(&mut seq.prompt_logprobs);
+            let _ = seq.job.events.send(Event::PromptLogprobs {
+                index: seq.index,
+                logprobs: lps,
+            });
+        }
+        let last = if all { (toks.len() - 1) * v } else { 0 };
+        let row = &logits[last..last + v];
+        let outcome = if seq.job.params.max_tokens == 0 {
+            Outcome::Finished(FinishReason::Length)
+        } else {
+            let room = slot.cache.pos < slot.cache.ctx;
+            seq.take_token(model, row, buf, room)
+        };
+        if let Outcome::Finished(r) = outcome {
+            done.push(seq.finish(r));
+            slot.seq = None;
+            slot.freed = Instant::now();
+        }
+        Ok(())
+    }
+
+    /// One token for every slot with a sampled token to feed, in one batched pass.
+    fn decode_all(&mut self, done: &mut Vec<SeqDone>) -> Result<usize, ModelError> {
+        let Self {
+            model,
+            slots,
+            scratch,
+            buf,
+            pool,
+            ..
+        } = self;
+        let mut tokens = Vec::with_capacity(slots.len());
+        let mut caches: Vec<&mut KvCache> = Vec::with_capacity(slots.len());
+        let mut which = Vec::with_capacity(slots.len());
+        for (i, s) in slots.iter_mut().enumerate() {
+            if let Some(id) = s.seq.as_ref().and_then(|q| q.next) {
+                tokens.push(id);
+                caches.push(&mut s.cache);
+                which.push(i);
+            }
+        }
+        if tokens.is_empty() {
+            return Ok(0);
+        }
+        let m = &model.model;
+        let logits = pool.run(|| m.forward_multi(scratch, &mut caches, &tokens).map(|_| ()));
+        drop(caches);
+        logits?;
+        let v = m.cfg.vocab;
+        let logits = &scratch.logits;
+        for (k, &i) in which.iter().enumerate() {
+            let slot = &mut slots[i];
+            slot.tokens.push(tokens[k]);
+            let room = slot.cache.pos < slot.cache.ctx;
+            let Some(seq) = slot.seq.as_mut() else {
+                continue;
+            };
+            seq.next = None;
+            let row = &logits[k * v..(k + 1) * v];
+            if let Outcome::Finished(r) = seq.take_token(model, row, buf, room) {
+                done.push(seq.finish(r));
+                slot.seq = None;
+                slot.freed = Instant::now();
+            }
+        }
+        Ok(tokens.len())
+    }
+
+    /// A model error ends every running sequence with it (the slots start over).
+    fn fail_all(&mut self, e: &ModelError, done: &mut Vec<SeqDone>) {
+        for slot in &mut self.slots {
+            if let Some(mut seq) = slot.seq.take() {
+                let _ = seq.job.events.send(Event::Error {
+                    index: seq.index,
+                    message: format!("model error: {e}"),
+                });
+                done.push(seq.finish(FinishReason::Error));
+            }
+            slot.cache.truncate(0);
+            slot.tokens.clear();
+        }
+    }
+}

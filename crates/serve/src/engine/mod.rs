@@ -1,0 +1,371 @@
+//! The engine: one loop on its own OS thread owns the models' slots and runs every forward
+//! pass; handlers only send it jobs over a channel and read events back. Each turn of the
+//! loop takes in new jobs, admits waiting sequences into free slots (longest cached prefix
+//! first), then steps every model with running sequences (continuous batching: sequences
+//! join and leave the batch between steps).
+
+mod group;
+pub mod logprob;
+mod seq;
+pub mod text;
+
+pub use logprob::TokenLogprob;
+
+use crate::metrics::Metrics;
+use crate::models::{LoadedModel, Registry};
+use group::Group;
+use seq::Seq;
+use std::collections::{HashMap, VecDeque};
+use std::sync::atomic::Ordering;
+use std::sync::mpsc::{Receiver, RecvTimeoutError, Sender};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+use text::TextStream;
+use tokio::sync::{mpsc, oneshot};
+use toy::infer::sampler::{Sampler, SamplerConfig};
+
+/// How a sequence ended.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum FinishReason {
+    /// An end-of-generation token.
+    Eog,
+    /// A stop string (not included in the text).
+    StopString,
+    /// `max_tokens` or the context.
+    Length,
+    /// The client went away.
+    Cancelled,
+    /// The model failed.
+    Error,
+}
+
+impl FinishReason {
+    /// As the OpenAI API names it.
+    pub fn api_name(self) -> &'static str {
+        match self {
+            FinishReason::Eog | FinishReason::StopString => "stop",
+            FinishReason::Length => "length",
+            FinishReason::Cancelled => "cancelled",
+            FinishReason::Error => "error",
+        }
+    }
+}
+
+/// The end of one sequence, with its counts.
+#[derive(Clone, Debug)]
+pub struct SeqDone {
+    pub index: usize,
+    pub finish: FinishReason,
+    pub prompt_tokens: usize,
+    pub completion_tokens: usize,
+    pub cached_tokens: usize,
+    /// From the request's arrival at the engine queue to its first sampled token.
+    pub ttft_ms: Option<f64>,
+}
+
+/// What a handler hears back about a generation request.
+#[derive(Debug)]
+pub enum Event {
+    /// A sampled token and the text it makes visible (possibly empty: held back).
+    Token {
+        index: usize,
+        id: u32,
+        text: String,
+        logprob: Option<TokenLogprob>,
+    },
+    /// Text released at the end without a token of its own.
+    Text { index: usize, text: String },
+    /// Logprobs of the prompt's tokens after the first (echo with logprobs).
+    PromptLogprobs {
+        index: usize,
+        logprobs: Vec<TokenLogprob>,
+    },
+    Error { index: usize, message: String },
+    Done(SeqDone),
+}
+
+#[derive(Clone, Debug)]
+pub struct GenParams {
+    pub max_tokens: usize,
+    pub stop: Vec<String>,
+    /// The seed is the first choice's; choice i draws with seed + i.
+    pub sampler: SamplerConfig,
+    /// Top alternatives per token; `Some(0)` is the chosen token's logprob only.
+    pub logprobs: Option<usize>,
+    /// Logprobs of the prompt tokens too (disables prefix reuse: every position is computed).
+    pub prompt_logprobs: bool,
+}
+
+/// A generation request: one sequence per prompt and choice.
+pub struct GenJob {
+    pub model: Arc<LoadedModel>,
+    /// (choice index, prompt) for each sequence.
+    pub prompts: Vec<(usize, Arc<Vec<u32>>)>,
+    pub params: GenParams,
+    pub events: mpsc::UnboundedSender<Event>,
+    pub enqueued: Instant,
+}
+
+/// Mean-pooled, L2-normalised final hidden states of each input.
+pub struct EmbedJob {
+    pub model: Arc<LoadedModel>,
+    pub inputs: Vec<Vec<u32>>,
+    pub reply: oneshot::Sender<Result<Vec<Vec<f32>>, String>>,
+}
+
+pub enum Job {
+    Gen(GenJob),
+    Embed(EmbedJob),
+}
+
+/// The handlers' end of the engine.
+#[derive(Clone)]
+pub struct EngineHandle {
+    tx: Sender<Job>,
+    metrics: Arc<Metrics>,
+    max_queue: usize,
+}
+
+/// The queue is full (429).
+pub struct QueueFull;
+
+impl EngineHandle {
+    /// Queue a job; a generation job whose sequences would overfill the queue is refused.
+    pub fn submit(&self, job: Job) -> Result<(), QueueFull> {
+        let n = match &job {
+            Job::Gen(g) => g.prompts.len(),
+            Job::Embed(_) => 0,
+        };
+        let q = &self.metrics.queue_depth;
+        let mut cur = q.load(Ordering::SeqCst);
+        loop {
+            if n > 0 && cur + n > self.max_queue {
+                return Err(QueueFull);
+            }
+            match q.compare_exchange(cur, cur + n, Ordering::SeqCst, Ordering::SeqCst) {
+                Ok(_) => break,
+                Err(now) => cur = now,
+            }
+        }
+        self.tx.send(job).map_err(|_| {
+            q.fetch_sub(n, Ordering::SeqCst);
+            QueueFull
+        })
+    }
+}
+
+pub struct EngineOptions {
+    pub parallel: usize,
+    pub prefill_chunk: usize,
+    pub max_queue: usize,
+    pub keep_alive: Option<Duration>,
+    pub threads: Option<usize>,
+}
+
+/// Start the engine thread.
+pub fn spawn(
+    opts: EngineOptions,
+    registry: Arc<Registry>,
+    metrics: Arc<Metrics>,
+) -> std::io::Result<EngineHandle> {
+    let (tx, rx) = std::sync::mpsc::channel();
+    let handle = EngineHandle {
+        tx,
+        metrics: metrics.clone(),
+        max_queue: opts.max_queue,
+    };
+    let mut pool = rayon::ThreadPoolBuilder::new().thread_name(|i| format!("engine-{i}"));
+    if let Some(t) = opts.threads {
+        pool = pool.num_threads(t.max(1));
+    }
+    let pool = pool.build().map_err(std::io::Error::other)?;
+    std::thread::Builder::new()
+        .name("engine".into())
+        .spawn(move || {
+            // the loop runs on a worker of the pool, so each kernel starts here and only
+            // wakes the others (as the CLI's commands do)
+            pool.install(|| {
+                Engine {
+                    opts,
+                    registry,
+                    metrics,
+                    groups: HashMap::new(),
+                    waiting: VecDeque::new(),
+                }
+                .run(rx)
+            })
+        })?;
+    Ok(handle)
+}
+
+struct Engine {
+    opts: EngineOptions,
+    registry: Arc<Registry>,
+    metrics: Arc<Metrics>,
+    groups: HashMap<String, Group>,
+    /// Sequences waiting for a slot, oldest first.
+    waiting: VecDeque<Seq>,
+}
+
+impl Engine {
+    fn busy(&self) -> bool {
+        !self.waiting.is_empty() || self.groups.values().any(|g| g.active() > 0)
+    }
+
+    fn run(mut self, rx: Receiver<Job>) {
+        let mut last_sweep = Instant::now();
+        loop {
+            if !self.busy() {
+                match rx.recv_timeout(Duration::from_secs(1)) {
+                    Ok(job) => self.take(job),
+                    Err(RecvTimeoutError::Timeout) => {}
+                    Err(RecvTimeoutError::Disconnected) => return,
+                }
+            }
+            while let Ok(job) = rx.try_recv() {
+                self.take(job);
+            }
+            self.drop_cancelled_waiting();
+            self.admit();
+            let mut finished = Vec::new();
+            let mut decoded = 0;
+            for g in self.groups.values_mut() {
+                finished.extend(g.drop_cancelled());
+                if g.active() > 0 {
+                    let (done, n) = g.step();
+                    finished.extend(done);
+                    decoded += n;
+                }
+            }
+            for d in &finished {
+                self.metrics.seq_done(d);
+            }
+            if decoded > 0 {
+                self.metrics.record_decode(decoded);
+            }
+            let active: usize = self.groups.values().map(Group::active).sum();
+            self.metrics.active_slots.store(active, Ordering::Relaxed);
+            if last_sweep.elapsed() >= Duration::from_secs(1) {
+                self.unload_idle();
+                last_sweep = Instant::now();
+            }
+        }
+    }
+
+    fn take(&mut self, job: Job) {
+        match job {
+            Job::Embed(e) => {
+                let out = embed(&e.model, &e.inputs, self.opts.prefill_chunk);
+                let _ = e.reply.send(out);
+            }
+            Job::Gen(g) => {
+                let job = Arc::new(g);
+                for (index, prompt) in &job.prompts {
+                    let mut cfg = job.params.sampler.clone();
+                    cfg.seed = cfg.seed.wrapping_add(*index as u64);
+                    let mut sampler = Sampler::new(cfg);
+                    prompt.iter().for_each(|&t| sampler.accept(t));
+                    self.waiting.push_back(Seq {
+                        job: job.clone(),
+                        index: *index,
+                        prompt: prompt.clone(),
+                        fed: 0,
+                        cached: 0,
+                        sampler,
+                        text: TextStream::new(job.params.stop.clone()),
+                        generated: 0,
+                        next: None,
+                        prompt_logprobs: Vec::new(),
+                        admitted: Instant::now(),
+                        first_token: None,
+                    });
+                }
+            }
+        }
+    }
+
+    fn drop_cancelled_waiting(&mut self) {
+        let before = self.waiting.len();
+        self.waiting.retain(|s| !s.job.events.is_closed());
+        let gone = before - self.waiting.len();
+        if gone > 0 {
+            self.metrics.queue_depth.fetch_sub(gone, Ordering::SeqCst);
+        }
+    }
+
+    /// Move waiting sequences into free slots, in arrival order per model.
+    fn admit(&mut self) {
+        let mut still = VecDeque::new();
+        while let Some(seq) = self.waiting.pop_front() {
+            let model = seq.job.model.clone();
+            let group = self
+                .groups
+                .entry(model.id.clone())
+                .or_insert_with(|| Group::new(model.clone(), self.opts.parallel, self.opts.prefill_chunk));
+            if !Arc::ptr_eq(&group.model, &model) {
+                // the model was reloaded: the old slots go once they are idle
+                if group.active() > 0 {
+                    still.push_back(seq);
+                    continue;
+                }
+                *group = Group::new(model.clone(), self.opts.parallel, self.opts.prefill_chunk);
+            }
+            let blocked = still.iter().any(|s: &Seq| Arc::ptr_eq(&s.job.model, &model));
+            if blocked || !group.has_free() {
+                still.push_back(seq);
+                continue;
+            }
+            let reuse = !seq.job.params.prompt_logprobs;
+            match group.admit(seq, reuse) {
+                Ok(()) => {
+                    self.metrics.queue_depth.fetch_sub(1, Ordering::SeqCst);
+                }
+                Err(seq) => still.push_back(seq),
+            }
+        }
+        self.waiting = still;
+    }
+
+    /// Drop models unused for `--keep-alive` (no running or waiting sequence).
+    fn unload_idle(&mut self) {
+        let Some(idle) = self.opts.keep_alive else {
+            return;
+        };
+        for e in &self.registry.entries {
+            let running = self.groups.get(&e.id).is_some_and(|g| g.active() > 0);
+            let waiting = self.waiting.iter().any(|s| s.job.model.id == e.id);
+            if running || waiting {
+                self.registry.touch(&e.id);
+                continue;
+            }
+            if e.is_loaded() && self.registry.unload_if_idle(&e.id, idle) {
+                self.groups.remove(&e.id);
+            } else if !e.is_loaded() {
+                self.groups.remove(&e.id);
+            }
+        }
+    }
+}
+
+/// Embeddings: mean of the final normed hidden states over the input, L2-normalised.
+fn embed(m: &LoadedModel, inputs: &[Vec<u32>], chunk: usize) -> Result<Vec<Vec<f32>>, String> {
+    let c = m.model.cfg.d_model;
+    let longest = inputs.iter().map(Vec::len).max().unwrap_or(1).max(1);
+    let mut state = m.model.new_state(longest, chunk);
+    let mut out = Vec::with_capacity(inputs.len());
+    for ids in inputs {
+        state.reset();
+        let mut sum = vec![0f64; c];
+        for part in ids.chunks(state.n_batch) {
+            let h = m.model.hidden(&mut state, part).map_err(|e| e.to_string())?;
+            for row in h.chunks_exact(c) {
+                sum.iter_mut().zip(row).for_each(|(s, &x)| *s += x as f64);
+            }
+        }
+        let n = ids.len().max(1) as f64;
+        let mean: Vec<f64> = sum.iter().map(|s| s / n).collect();
+        let norm = mean.iter().map(|x| x * x).sum::<f64>().sqrt().max(1e-12);
+        out.push(mean.iter().map(|x| (x / norm) as f32).collect());
+    }
+    Ok(out)
+}

@@ -1,0 +1,123 @@
+//! One sequence being generated (one choice of a request) and what happens to each token it
+//! samples: logprobs if asked, end-of-generation, stop strings, the length limit, and the
+//! events that carry it to the request's handler.
+
+use super::logprob::{token_logprob, TokenLogprob};
+use super::text::TextStream;
+use super::{Event, FinishReason, GenJob, SeqDone};
+use crate::models::LoadedModel;
+use std::sync::Arc;
+use std::time::Instant;
+use toy::infer::sampler::{argmax, Sampler};
+
+pub struct Seq {
+    pub job: Arc<GenJob>,
+    /// Choice index in the response.
+    pub index: usize,
+    pub prompt: Arc<Vec<u32>>,
+    /// Prompt tokens in the cache so far (reused ones included).
+    pub fed: usize,
+    /// Prompt tokens found in the slot's cache at admission.
+    pub cached: usize,
+    pub sampler: Sampler,
+    pub text: TextStream,
+    pub generated: usize,
+    /// The sampled token the next decode step feeds.
+    pub next: Option<u32>,
+    /// Logprobs of prompt tokens (echo with logprobs), one per token after the first.
+    pub prompt_logprobs: Vec<TokenLogprob>,
+    pub admitted: Instant,
+    pub first_token: Option<Instant>,
+}
+
+/// What a sampled token did to its sequence.
+pub enum Outcome {
+    /// Feed it and go on.
+    Continue,
+    Finished(FinishReason),
+}
+
+impl Seq {
+    pub fn prefilling(&self) -> bool {
+        self.fed < self.prompt.len()
+    }
+
+    fn send(&self, ev: Event) -> bool {
+        self.job.events.send(ev).is_ok()
+    }
+
+    /// Choose the next token from `logits` (V) and hand it to the client. `room` is whether
+    /// the cache can take one more position after this token.
+    pub fn take_token(
+        &mut self,
+        m: &LoadedModel,
+        logits: &[f32],
+        buf: &mut Vec<f32>,
+        room: bool,
+    ) -> Outcome {
+        if self.first_token.is_none() {
+            self.first_token = Some(Instant::now());
+        }
+        let id = if self.sampler.is_plain_greedy() {
+            argmax(logits)
+        } else {
+            buf.clear();
+            buf.extend_from_slice(logits);
+            self.sampler.sample_in_place(buf)
+        };
+        if m.tok.is_eog(id) {
+            return Outcome::Finished(FinishReason::Eog);
+        }
+        let logprob = self
+            .job
+            .params
+            .logprobs
+            .map(|n| token_logprob(logits, id, n));
+        self.generated += 1;
+        self.sampler.accept(id);
+        let (text, stopped) = self.text.push(&m.tok.token_bytes(id));
+        let alive = self.send(Event::Token {
+            index: self.index,
+            id,
+            text,
+            logprob,
+        });
+        if !alive {
+            return Outcome::Finished(FinishReason::Cancelled);
+        }
+        if stopped {
+            Outcome::Finished(FinishReason::StopString)
+        } else if self.generated >= self.job.params.max_tokens || !room {
+            Outcome::Finished(FinishReason::Length)
+        } else {
+            self.next = Some(id);
+            Outcome::Continue
+        }
+    }
+
+    /// Send what is held back and the end of the sequence.
+    pub fn finish(&mut self, reason: FinishReason) -> SeqDone {
+        if matches!(reason, FinishReason::Eog | FinishReason::Length) {
+            let rest = self.text.finish();
+            if !rest.is_empty() {
+                self.send(Event::Text {
+                    index: self.index,
+                    text: rest,
+                });
+            }
+        }
+        let ttft_ms = self
+            .first_token
+            .map(|t| t.duration_since(self.job.enqueued).as_secs_f64() * 1e3);
+        let done = SeqDone {
+            index: self.index,
+            finish: reason,
+            prompt_tokens: self.prompt.len(),
+            completion_tokens: self.generated,
+            cached_tokens: self.cached,
+            ttft_ms,
+        };
+        self.send(Event::Done(done.clone()));
+        done
+    }
+}

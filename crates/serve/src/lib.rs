@@ -1,0 +1,66 @@
+//! `toy serve`: an OpenAI-compatible HTTP server (axum on a small tokio runtime) in front of
+//! one engine thread that batches every running sequence into shared forward passes
+//! (continuous batching, as vLLM and llama.cpp's server do).
+//!
+//! Routes: `POST /v1/chat/completions`, `POST /v1/completions`, `POST /v1/embeddings`,
+//! `GET /v1/models`, `GET /v1/models/{id}`, `POST /tokenize`, `POST /detokenize`,
+//! `GET /health`, `GET /metrics`, `GET /` (the page), `GET /api/runs`,
+//! `GET /api/runs/{id}/events`.
+//!
+//! Request policy:
+//! - Errors always have OpenAI's shape `{"error": {"message", "type", "param", "code"}}`;
+//!   a field of the wrong type or out of range is a 400 whose `param` names it.
+//! - Fields that would change what the client gets and that this server cannot do (`tools`,
+//!   `tool_choice`, `functions`, `function_call`, `parallel_tool_calls: true`, `audio`,
+//!   `prediction`, `web_search_options`, `suffix`, `grammar`, `json_schema`,
+//!   `response_format` other than `{"type": "text"}`, `modalities` other than text,
+//!   `best_of` != `n`, `dimensions` != the model width, non-text content parts) are
+//!   refused with a 400 naming them.
+//! - Other unknown fields (`user`, `metadata`, `store`, `service_tier`, ...) change nothing
+//!   about the output and are ignored, as OpenAI's own API ignores what it does not use.
+//! - `null` counts as absent. `model` may be left out when one model is served; a name
+//!   that is not served is a 404 `model_not_found`.
+//! - Sampling defaults: OpenAI's (`temperature` 1, `top_p` 1, no penalties) plus
+//!   llama.cpp's for its extras (`top_k` 40, `min_p` 0.05, `repeat_penalty` 1,
+//!   `repeat_last_n` 64). `temperature` 0 is greedy. Without `seed` each request draws a
+//!   fresh one; choice i of a request samples with `seed + i`.
+//! - `max_tokens` (or `max_completion_tokens`) defaults to the rest of the context for
+//!   chat and to 16 for completions; reaching the context ends with `finish_reason`
+//!   `"length"`. A prompt that leaves no room for one token is a 400 with both counts.
+//! - Logprobs are those of the model's distribution (log-softmax of the raw logits),
+//!   before temperature, penalties and truncation.
+
+mod api;
+mod config;
+pub mod engine;
+mod error;
+mod metrics;
+mod models;
+mod server;
+mod telemetry;
+
+pub use config::ServeConfig;
+pub use error::{ApiError, ServeError};
+pub use server::{run, start, Server};
+
+use api::body::Fields;
+use std::sync::Arc;
+
+/// What every handler shares.
+#[derive(Clone)]
+pub struct AppState {
+    cfg: Arc<ServeConfig>,
+    registry: Arc<models::Registry>,
+    engine: engine::EngineHandle,
+    metrics: Arc<metrics::Metrics>,
+    telemetry: Arc<telemetry::Telemetry>,
+}
+
+impl AppState {
+    /// The model a request names in `model` (loading it if needed).
+    async fn model(&self, f: &Fields) -> Result<Arc<models::LoadedModel>, ApiError> {
+        let id = f.str("model")?;
+        let entry = self.registry.find(id)?;
+        self.registry.get(entry).await
+    }
+}

@@ -1,0 +1,236 @@
+//! The served models: ids from file stems, loaded on first use by a loader thread (requests
+//! for it wait, `/health` says 503 meanwhile), dropped again when the engine finds one idle
+//! past `--keep-alive`.
+
+use crate::error::{ApiError, ServeError};
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use tokio::sync::watch;
+use toy::chat_template::ChatTemplate;
+use toy::model::Model;
+use toy::tokenizer::Tokenizer;
+
+/// A model ready to run, with what the handlers need to turn requests into tokens.
+pub struct LoadedModel {
+    pub id: String,
+    pub model: Model,
+    pub tok: Tokenizer,
+    /// `None` when the GGUF has no chat template (chat requests get a 400).
+    pub template: Option<ChatTemplate>,
+    /// Positions per sequence: the server's `--ctx`, at most the trained context.
+    pub ctx: usize,
+}
+
+impl LoadedModel {
+    pub fn load(id: &str, path: &Path, ctx: usize) -> Result<Self, String> {
+        let model = Model::open(path).map_err(|e| format!("loading '{}': {e}", path.display()))?;
+        let tok = Tokenizer::from_gguf(&model.file)
+            .map_err(|e| format!("tokenizer of '{}': {e}", path.display()))?;
+        let template = ChatTemplate::from_gguf(&model.file, None).ok();
+        let ctx = ctx.min(model.cfg.ctx_train.max(1)).max(2);
+        Ok(Self {
+            id: id.to_string(),
+            model,
+            tok,
+            template,
+            ctx,
+        })
+    }
+}
+
+#[derive(Clone)]
+pub enum LoadState {
+    Unloaded,
+    Loading,
+    Loaded(Arc<LoadedModel>),
+    Failed(String),
+}
+
+pub struct Entry {
+    pub id: String,
+    pub path: PathBuf,
+    /// The file's modification time (unix seconds), as `created` in `/v1/models`.
+    pub created: u64,
+    state: watch::Sender<LoadState>,
+    last_used: Mutex<Instant>,
+}
+
+impl Entry {
+    pub fn is_loaded(&self) -> bool {
+        matches!(*self.state.borrow(), LoadState::Loaded(_))
+    }
+
+    fn touch(&self) {
+        if let Ok(mut t) = self.last_used.lock() {
+            *t = Instant::now();
+        }
+    }
+}
+
+pub struct Registry {
+    pub entries: Vec<Entry>,
+    ctx: usize,
+}
+
+fn stem(path: &Path) -> String {
+    path.file_stem()
+        .map(|s| s.to_string_lossy().into_owned())
+        .unwrap_or_else(|| path.display().to_string())
+}
+
+impl Registry {
+    /// The models of `-m` and of `--models-dir`, checked to exist, ids unique.
+    pub fn new(
+        files: &[PathBuf],
+        dir: Option<&Path>,
+        ctx: usize,
+    ) -> Result<Self, ServeError> {
+        let mut paths: Vec<PathBuf> = files.to_vec();
+        if let Some(dir) = dir {
+            let err = |source| ServeError::ModelsDir {
+                dir: dir.display().to_string(),
+                source,
+            };
+            let mut found: Vec<PathBuf> = std::fs::read_dir(dir)
+                .map_err(err)?
+                .filter_map(|e| e.ok().map(|e| e.path()))
+                .filter(|p| p.extension().is_some_and(|x| x.eq_ignore_ascii_case("gguf")))
+                .collect();
+            found.sort();
+            paths.extend(found);
+        }
+        if paths.is_empty() {
+            return Err(ServeError::NoModels);
+        }
+        let mut entries: Vec<Entry> = Vec::new();
+        for path in paths {
+            let meta = std::fs::metadata(&path)
+                .map_err(|_| ServeError::MissingModel(path.display().to_string()))?;
+            let id = stem(&path);
+            if entries.iter().any(|e| e.id == id) {
+                return Err(ServeError::DuplicateId(id));
+            }
+            let created = meta
+                .modified()
+                .ok()
+                .and_then(|t| t.duration_since(UNIX_EPOCH).ok())
+                .map_or(0, |d| d.as_secs());
+            entries.push(Entry {
+                id,
+                path,
+                created,
+                state: watch::Sender::new(LoadState::Unloaded),
+                last_used: Mutex::new(Instant::now()),
+            });
+        }
+        Ok(Self { entries, ctx })
+    }
+
+    pub fn ids(&self) -> Vec<String> {
+        self.entries.iter().map(|e| e.id.clone()).collect()
+    }
+
+    /// The entry a request names; with one model served, `model` may be left out.
+    pub fn find(&self, id: Option<&str>) -> Result<&Entry, ApiError> {
+        match id {
+            Some(id) => self
+                .entries
+                .iter()
+                .find(|e| e.id == id)
+                .ok_or_else(|| ApiError::model_not_found(id, &self.ids())),
+            None if self.entries.len() == 1 => Ok(&self.entries[0]),
+            None => Err(ApiError::invalid(
+                "model",
+                format!(
+                    "'model' is required when several models are served: {}",
+                    self.ids().join(", ")
+                ),
+            )),
+        }
+    }
+
+    /// Whether some model is being loaded right now.
+    pub fn loading(&self) -> bool {
+        self.entries
+            .iter()
+            .any(|e| matches!(*e.state.borrow(), LoadState::Loading))
+    }
+
+    /// The loaded model, loading it first (on a thread of its own) if it is not.
+    pub async fn get(&self, entry: &Entry) -> Result<Arc<LoadedModel>, ApiError> {
+        entry.touch();
+        let start = entry.state.send_if_modified(|s| {
+            if matches!(s, LoadState::Unloaded | LoadState::Failed(_)) {
+                *s = LoadState::Loading;
+                true
+            } else {
+                false
+            }
+        });
+        let mut rx = entry.state.subscribe();
+        if start {
+            let (tx, id, path, ctx) = (
+                entry.state.clone(),
+                entry.id.clone(),
+                entry.path.clone(),
+                self.ctx,
+            );
+            std::thread::Builder::new()
+                .name(format!("load {id}"))
+                .spawn(move || {
+                    let state = match LoadedModel::load(&id, &path, ctx) {
+                        Ok(m) => LoadState::Loaded(Arc::new(m)),
+                        Err(e) => LoadState::Failed(e),
+                    };
+                    tx.send_replace(state);
+                })
+                .map_err(|e| ApiError::internal(format!("cannot start a loader thread: {e}")))?;
+        }
+        let state = rx
+            .wait_for(|s| !matches!(s, LoadState::Loading))
+            .await
+            .map_err(|_| ApiError::internal("model registry closed"))?
+            .clone();
+        match state {
+            LoadState::Loaded(m) => Ok(m),
+            LoadState::Failed(e) => Err(ApiError::internal(e).code("model_load_failed")),
+            _ => Err(ApiError::internal(format!(
+                "model '{}' was unloaded while loading",
+                entry.id
+            ))),
+        }
+    }
+
+    /// Mark `id` unloaded if it has not been asked for within `idle`; true when it was.
+    /// The memory goes when the last holder (engine, in-flight handler) drops its `Arc`.
+    pub fn unload_if_idle(&self, id: &str, idle: Duration) -> bool {
+        let Some(e) = self.entries.iter().find(|e| e.id == id) else {
+            return false;
+        };
+        let idle_long = e.last_used.lock().map_or(false, |t| t.elapsed() >= idle);
+        idle_long
+            && e.state.send_if_modified(|s| {
+                if matches!(s, LoadState::Loaded(_)) {
+                    *s = LoadState::Unloaded;
+                    true
+                } else {
+                    false
+                }
+            })
+    }
+
+    /// Record use of `id` by the engine (a running sequence keeps its model).
+    pub fn touch(&self, id: &str) {
+        if let Some(e) = self.entries.iter().find(|e| e.id == id) {
+            e.touch();
+        }
+    }
+}
+
+/// Seconds since the epoch.
+pub fn unix_now() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs())
+}
