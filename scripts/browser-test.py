@@ -26,6 +26,7 @@ import sys
 import tempfile
 import time
 import urllib.request
+from pathlib import Path
 
 import websocket  # websocket-client
 
@@ -63,8 +64,7 @@ def write_events(path, steps, evals, start=1):
         if (s - start + 1) % every == 0:
             lines.append({"type": "eval", "step": s, "val_loss": loss + 0.1, "sample": f"sample at step {s}"})
     with open(path, "a") as f:
-        for line in lines:
-            f.write(json.dumps(line) + "\n")
+        f.writelines(json.dumps(line) + "\n" for line in lines)
 
 
 class Browser:
@@ -77,8 +77,9 @@ class Browser:
              "--remote-allow-origins=*", f"--user-data-dir={profile}", "--window-size=1280,900", "about:blank"],
             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         port_file = os.path.join(profile, "DevToolsActivePort")
-        wait_for(lambda: os.path.exists(port_file) and open(port_file).read().strip(), 30, "chromium's DevTools port")
-        port = int(open(port_file).read().split()[0])
+        text = wait_for(lambda: os.path.exists(port_file) and Path(port_file).read_text().strip(), 30,
+                        "chromium's DevTools port")
+        port = int(text.split()[0])
         targets = json.load(urllib.request.urlopen(f"http://127.0.0.1:{port}/json/list", timeout=10))
         page = next(t for t in targets if t["type"] == "page")
         self.ws = websocket.create_connection(page["webSocketDebuggerUrl"], timeout=30)
