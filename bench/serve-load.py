@@ -142,6 +142,7 @@ async def soak(args, client, model):
     deadline = time.monotonic() + args.soak
     counts = {"ok": 0, "429": 0, "4xx": 0, "5xx": 0, "errors": 0, "aborted": 0}
     samples = []  # (seconds since start, RSS MiB)
+    ttfts = []  # ms, streamed chat requests
     failures = []
     start = time.monotonic()
 
@@ -158,6 +159,8 @@ async def soak(args, client, model):
                     status = r["status"]
                     if r.get("error"):
                         failures.append(r["error"])
+                    elif r["ttft"] is not None:
+                        ttfts.append(r["ttft"] * 1000)
                 elif kind < 0.6:
                     r = await stream(client, "/v1/completions", greedy_body(model, rng.choice(PROMPTS), 64),
                                      abort_after=3)
@@ -204,6 +207,9 @@ async def soak(args, client, model):
     ok = True
     total = sum(v for k, v in counts.items() if k != "aborted")
     print(f"soak {args.soak:.0f} s, {args.clients} clients: {total} requests: {counts}")
+    if ttfts:
+        print(f"TTFT of streamed chat under {args.clients} clients: mean {statistics.mean(ttfts):.0f} ms, "
+              f"p50 {pct(ttfts, 50):.0f} ms, p90 {pct(ttfts, 90):.0f} ms ({len(ttfts)} requests)")
     for f in failures[:5]:
         print(f"  e.g. {f}")
     if counts["5xx"] or counts["errors"] or counts["4xx"]:

@@ -9,7 +9,8 @@ fake runs dir holding one training run's events.jsonl, opens the page and checks
     (text appears and grows over several chunks) and ends with usage info;
   - a second message sends the whole conversation (history) and the stop button aborts a stream;
   - the runs view lists the fake run, its canvas draws every step/eval point (data-points and
-    pixels of the train-loss colour), and points appended to events.jsonl appear by polling.
+    pixels of the train-loss colour), and points appended to events.jsonl appear by polling;
+  - the server's own telemetry run shows the requests made above.
 Prints `browser: N passed, M failed`; exits 1 on any failure, 2 when something it needs is missing.
 
 Run through scripts/browser-test.sh, which makes the venv (websocket-client) and installs chromium.
@@ -317,6 +318,20 @@ def main():
             assert "step 60" in summary, summary
             screenshot("runs-updated.png")
         checks.run("the chart updates while the run trains", runs_update)
+
+        def serve_run_shows_requests():
+            # the server's own telemetry run (runs/serve-<time>/) holds a line per request made above
+            sel = "#runs-list .run[data-run-id^='serve-']"
+            wait_for(lambda: b.js(f"!!document.querySelector({json.dumps(sel)})"), 15, "the serve run in #runs-list")
+            b.click(sel)
+            summary = wait_for(lambda: b.js("(() => { const s = document.querySelector('#run-summary').textContent;"
+                                            " return s.includes('requests') ? s : null; })()"), 10, "request stats")
+            n_requests = int(summary.split()[0])
+            assert n_requests >= 2, summary
+            points = int(b.js("document.querySelector('#loss-chart').dataset.points"))
+            assert points >= 2, f"{points} points drawn for {summary}"
+            screenshot("serve-run.png")
+        checks.run("the server's own run lists its requests and draws their latencies", serve_run_shows_requests)
 
         def no_js_errors():
             b.pump()

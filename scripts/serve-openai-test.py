@@ -126,6 +126,44 @@ def main():
         assert c.finish_reason == "stop", c
         assert c.message.content == greedy["text"][:cut], f"{c.message.content!r} != {greedy['text'][:cut]!r}"
 
+    def chat_streaming_holds_back_the_stop_string():
+        words = greedy["text"].split()
+        stop = " " + words[3][:2]  # a stop string likely to span tokens, and a prefix of a word
+        cut = greedy["text"].find(stop)
+        assert cut > 0, (stop, greedy["text"])
+        chunks = list(client.chat.completions.create(model=model, messages=CHAT, max_tokens=24, temperature=0,
+                                                     stop=stop, stream=True))
+        text = "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
+        assert text == greedy["text"][:cut], f"streamed {text!r}, expected {greedy['text'][:cut]!r} (stop {stop!r})"
+        assert chunks[-1].choices[0].finish_reason == "stop", chunks[-1]
+
+    def different_seeds_sample_differently():
+        texts = {client.chat.completions.create(model=model, messages=CHAT, max_tokens=24, temperature=1.0,
+                                                seed=s).choices[0].message.content for s in (1, 2, 3)}
+        assert len(texts) >= 2, f"three seeds gave one text: {texts}"
+
+    def streamed_text_equals_non_streamed_with_non_ascii():
+        for prompt in ("Le café près de l'école s'appelle", "東京は日本の首都です。東京には", "Emoji weather report: ☀️"):
+            whole = client.completions.create(model=model, prompt=prompt, max_tokens=24, temperature=0)
+            parts = list(client.completions.create(model=model, prompt=prompt, max_tokens=24, temperature=0,
+                                                   stream=True))
+            text = "".join(c.choices[0].text for c in parts if c.choices)
+            assert text == whole.choices[0].text, f"{prompt!r}: streamed {text!r} != {whole.choices[0].text!r}"
+            assert "\ufffd" not in text, f"{prompt!r}: a broken UTF-8 sequence in {text!r}"
+
+    def chat_streaming_n_choices():
+        chunks = list(client.chat.completions.create(model=model, messages=CHAT, max_tokens=6, temperature=0, n=2,
+                                                     stream=True))
+        texts, finishes = {0: "", 1: ""}, {}
+        for c in chunks:
+            for ch in c.choices:
+                texts[ch.index] += ch.delta.content or ""
+                if ch.finish_reason:
+                    finishes[ch.index] = ch.finish_reason
+        assert sorted(finishes) == [0, 1], f"finish_reason per choice: {finishes}"
+        assert texts[0] == texts[1] == client.chat.completions.create(
+            model=model, messages=CHAT, max_tokens=6, temperature=0).choices[0].message.content, texts
+
     def chat_logprobs():
         r = client.chat.completions.create(model=model, messages=CHAT, max_tokens=8, temperature=0, logprobs=True,
                                            top_logprobs=3)
@@ -230,7 +268,10 @@ def main():
 
     for check in (models_list_and_retrieve, chat, chat_greedy_is_deterministic_and_seed_repeats,
                   chat_streaming_with_include_usage, chat_streaming_without_include_usage_sends_no_usage,
-                  chat_max_tokens_ends_with_length, chat_stop_string_is_not_leaked, chat_logprobs, chat_n_choices,
+                  chat_max_tokens_ends_with_length, chat_stop_string_is_not_leaked,
+                  chat_streaming_holds_back_the_stop_string, different_seeds_sample_differently,
+                  streamed_text_equals_non_streamed_with_non_ascii, chat_streaming_n_choices, chat_logprobs,
+                  chat_n_choices,
                   completions_with_logprobs_and_echo, completions_prompt_list_and_token_ids,
                   embeddings_float_and_base64, unknown_model_is_not_found, bad_input_is_a_bad_request):
         checks.run(check)
