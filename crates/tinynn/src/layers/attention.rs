@@ -24,7 +24,7 @@ pub struct Attention {
 impl Attention {
     pub fn new(n_head: usize, n_kv_head: usize, head_dim: usize) -> Self {
         assert!(
-            n_kv_head > 0 && n_head % n_kv_head == 0,
+            n_kv_head > 0 && n_head.is_multiple_of(n_kv_head),
             "{n_kv_head} kv heads must divide {n_head} heads"
         );
         assert!(

@@ -256,7 +256,11 @@ mod tests {
     fn products_are_the_same_bits_on_any_thread_count() {
         // big enough to be split among threads; gemm must not split the sums
         let (n, k, m) = (512, 300, 600);
-        let (x, w, dy) = (test_data(n * k, 5), test_data(m * k, 6), test_data(n * m, 7));
+        let (x, w, dy) = (
+            test_data(n * k, 5),
+            test_data(m * k, 6),
+            test_data(n * m, 7),
+        );
         let run = || {
             let (mut y, mut dx, mut dw) = (vec![0f32; n * m], vec![0f32; n * k], vec![0f32; m * k]);
             matmul_xwt(&mut y, &x, &w, n, k, m, false);
@@ -264,7 +268,12 @@ mod tests {
             matmul_dytx(&mut dw, &dy, &x, n, k, m);
             (y, dx, dw)
         };
-        let pool = |t| rayon::ThreadPoolBuilder::new().num_threads(t).build().unwrap();
+        let pool = |t| {
+            rayon::ThreadPoolBuilder::new()
+                .num_threads(t)
+                .build()
+                .unwrap()
+        };
         let one = pool(1).install(run);
         assert!(pool(2).install(run) == one && pool(3).install(run) == one);
         assert!(pool(2).install(|| with_serial_products(run)) == one);

@@ -36,6 +36,7 @@ pub fn depth_scale(l: usize) -> f32 {
 macro_rules! multiversion {
     ($(#[$m:meta])* $vis:vis fn $name:ident($($arg:ident : $ty:ty),* $(,)?) $(-> $ret:ty)? $body:block) => {
         $(#[$m])*
+        #[allow(clippy::too_many_arguments)]
         $vis fn $name($($arg: $ty),*) $(-> $ret)? {
             #[inline(always)]
             #[allow(clippy::too_many_arguments)]
