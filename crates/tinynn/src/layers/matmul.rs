@@ -11,22 +11,8 @@ pub(crate) use gemm::Parallelism;
 /// fork/join costs more than it saves.
 const PAR_MIN_FLOPS: usize = 1 << 23;
 
-thread_local! {
-    static SERIAL: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
-}
-
-/// Run `f` with every product on this thread kept to one thread: for callers that already
-/// run independent work on each thread (a model's batch shards). The `gemm` crate splits only
-/// rows and columns among threads, so this changes no result bits, only the scheduling.
-pub fn with_serial_products<R>(f: impl FnOnce() -> R) -> R {
-    let old = SERIAL.with(|s| s.replace(true));
-    let r = f();
-    SERIAL.with(|s| s.set(old));
-    r
-}
-
 fn parallelism(m: usize, n: usize, k: usize) -> Parallelism {
-    if m * n * k >= PAR_MIN_FLOPS && rayon::current_num_threads() > 1 && !SERIAL.with(|s| s.get()) {
+    if m * n * k >= PAR_MIN_FLOPS && rayon::current_num_threads() > 1 && !super::in_serial() {
         Parallelism::Rayon(0)
     } else {
         Parallelism::None
@@ -276,6 +262,6 @@ mod tests {
         };
         let one = pool(1).install(run);
         assert!(pool(2).install(run) == one && pool(3).install(run) == one);
-        assert!(pool(2).install(|| with_serial_products(run)) == one);
+        assert!(pool(2).install(|| super::super::serial(run)) == one);
     }
 }

@@ -9,7 +9,7 @@ use super::params::ParamInfo;
 use super::shard::{Net, Shard};
 use super::{ModelConfig, TrainArch, TrainError};
 use std::ops::Range;
-use tinynn::layers::matmul::with_serial_products;
+use tinynn::layers::serial;
 
 /// A batch of two or more sequences is split in two shards that run forward and backward at
 /// the same time, each on its own thread with its own gradient buffer, summed after: one
@@ -162,16 +162,8 @@ impl TrainModel {
                 let g1 = grad.then_some(&mut self.grads[..]);
                 let g2 = grad.then_some(&mut self.grads2[..]);
                 let (l0, l1) = rayon::join(
-                    || {
-                        with_serial_products(|| {
-                            one(&mut first[0], g1, &inputs[..n0], &targets[..n0], b0)
-                        })
-                    },
-                    || {
-                        with_serial_products(|| {
-                            one(second, g2, &inputs[n0..], &targets[n0..], b - b0)
-                        })
-                    },
+                    || serial(|| one(&mut first[0], g1, &inputs[..n0], &targets[..n0], b0)),
+                    || serial(|| one(second, g2, &inputs[n0..], &targets[n0..], b - b0)),
                 );
                 if grad {
                     add_and_clear(&mut self.grads, &mut self.grads2);
