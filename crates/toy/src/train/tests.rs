@@ -55,10 +55,14 @@ fn variants() -> Vec<ModelConfig> {
 
 #[test]
 fn whole_model_gradients_match_finite_differences() {
-    for c in variants() {
-        let base = TrainModel::init(c.clone(), 2, 1);
+    // batch 2 runs two shards of one sequence; batch 3 fits b = 2 in one shard
+    let mut cases: Vec<(ModelConfig, usize)> = variants().into_iter().map(|c| (c, 2)).collect();
+    cases.push((cfg(TrainArch::Llama, true, false), 3));
+    cases.push((cfg(TrainArch::Gpt2, false, true), 3));
+    for (c, batch) in cases {
+        let base = TrainModel::init(c.clone(), batch, 1);
         let params = rough_params(&base, 2);
-        let mut m = TrainModel::from_params(c.clone(), 2, params.clone()).unwrap();
+        let mut m = TrainModel::from_params(c.clone(), batch, params.clone()).unwrap();
         let (b, t) = (2, 5);
         let (x, y) = (tokens(b * t, c.vocab, 3), tokens(b * t, c.vocab, 4));
         m.zero_grad();
