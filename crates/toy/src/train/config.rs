@@ -46,6 +46,8 @@ pub enum TrainError {
     Config(String),
     #[error("params hold {got} values: this model config needs {expected}")]
     ParamCount { got: usize, expected: usize },
+    #[error("bad batch: {0}")]
+    Batch(String),
 }
 
 /// Largest size of any one dimension we accept (bounds every allocation from a config).

@@ -124,6 +124,37 @@ impl TrainModel {
         self.grads.fill(0.0);
     }
 
+    /// Checks a batch before `forward_backward` / `forward_loss` (which panic on what this
+    /// rejects): B <= batch sequences of T <= ctx tokens, every token inside the vocabulary.
+    pub fn check_batch(
+        &self,
+        inputs: &[u32],
+        targets: &[u32],
+        b: usize,
+        t: usize,
+    ) -> Result<(), TrainError> {
+        let (bmax, ctx, v) = (self.batch, self.cfg.ctx, self.cfg.vocab);
+        if b == 0 || b > bmax || t == 0 || t > ctx {
+            return Err(TrainError::Batch(format!(
+                "{b} sequences of {t} tokens, expected 1..={bmax} of 1..={ctx}"
+            )));
+        }
+        for (what, toks) in [("inputs", inputs), ("targets", targets)] {
+            if toks.len() != b * t {
+                return Err(TrainError::Batch(format!(
+                    "{} {what} for {b} sequences of {t}",
+                    toks.len()
+                )));
+            }
+            if let Some(bad) = toks.iter().find(|&&id| id as usize >= v) {
+                return Err(TrainError::Batch(format!(
+                    "token {bad} in {what} is outside the vocabulary of {v}"
+                )));
+            }
+        }
+        Ok(())
+    }
+
     fn check_shape(&self, tokens: usize, b: usize, t: usize) {
         assert!(
             b >= 1 && b <= self.batch && t >= 1 && t <= self.cfg.ctx && tokens == b * t,
@@ -220,7 +251,7 @@ impl TrainModel {
         sh.logits_last(&self.net, &self.params, t)
     }
 
-    /// Whether this is a gpt2 model (learned positions, biases).
+    /// The model family.
     pub fn arch(&self) -> TrainArch {
         self.cfg.arch
     }

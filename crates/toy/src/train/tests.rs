@@ -257,4 +257,14 @@ fn from_params_checks_the_length_and_the_layout_is_gguf_shaped() {
     let mut bad = c.clone();
     bad.n_head = 5;
     assert!(TrainModel::try_init(bad, 1, 0).is_err());
+    // batches are checked with errors that say what was wrong
+    let ok = vec![1u32; 32];
+    assert!(m.check_batch(&ok, &ok, 1, 32).is_ok());
+    let e = m.check_batch(&ok, &ok, 2, 16).unwrap_err().to_string();
+    assert!(e.contains("expected 1..=1"), "{e}");
+    let mut big = ok.clone();
+    big[3] = 627;
+    let e = m.check_batch(&ok, &big, 1, 32).unwrap_err().to_string();
+    assert!(e.contains("token 627 in targets"), "{e}");
+    assert!(m.check_batch(&ok[..31], &ok, 1, 32).is_err());
 }
