@@ -7,7 +7,6 @@ use crate::engine::{EmbedJob, Job};
 use crate::error::ApiError;
 use crate::AppState;
 use axum::extract::State;
-use axum::http::StatusCode;
 use axum::Json;
 use base64::Engine as _;
 use serde_json::{json, Value};
@@ -124,13 +123,10 @@ pub async fn embeddings(
         inputs,
         reply: tx,
     };
-    state.engine.submit(Job::Embed(job)).map_err(|_| {
-        ApiError::new(
-            StatusCode::SERVICE_UNAVAILABLE,
-            "server_error",
-            "the engine stopped",
-        )
-    })?;
+    state
+        .engine
+        .submit(Job::Embed(job))
+        .map_err(|e| e.api_error(state.cfg.queue))?;
     let vectors = rx
         .await
         .map_err(|_| ApiError::internal("the engine dropped the request"))?

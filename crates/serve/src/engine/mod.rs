@@ -11,8 +11,10 @@ pub mod text;
 
 pub use logprob::TokenLogprob;
 
+use crate::error::ApiError;
 use crate::metrics::Metrics;
 use crate::models::{LoadedModel, Registry};
+use axum::http::StatusCode;
 use group::Group;
 use seq::Seq;
 use std::collections::{HashMap, VecDeque};
@@ -132,12 +134,34 @@ pub struct EngineHandle {
     max_queue: usize,
 }
 
-/// The queue is full (429).
-pub struct QueueFull;
+/// Why a job was not queued.
+#[derive(Debug, PartialEq, Eq)]
+pub enum SubmitError {
+    /// Too many sequences wait for a slot (429).
+    QueueFull,
+    /// The engine thread is gone (503).
+    Stopped,
+}
+
+impl SubmitError {
+    pub fn api_error(&self, max_queue: usize) -> ApiError {
+        match self {
+            SubmitError::QueueFull => ApiError::new(
+                StatusCode::TOO_MANY_REQUESTS,
+                "rate_limit_error",
+                format!(
+                    "the server is busy: {max_queue} sequences are already waiting for a slot; retry later"
+                ),
+            )
+            .code("queue_full"),
+            SubmitError::Stopped => ApiError::unavailable("the engine has stopped"),
+        }
+    }
+}
 
 impl EngineHandle {
     /// Queue a job; a generation job whose sequences would overfill the queue is refused.
-    pub fn submit(&self, job: Job) -> Result<(), QueueFull> {
+    pub fn submit(&self, job: Job) -> Result<(), SubmitError> {
         let n = match &job {
             Job::Gen(g) => g.prompts.len(),
             Job::Embed(_) => 0,
@@ -146,7 +170,7 @@ impl EngineHandle {
         let mut cur = q.load(Ordering::SeqCst);
         loop {
             if n > 0 && cur + n > self.max_queue {
-                return Err(QueueFull);
+                return Err(SubmitError::QueueFull);
             }
             match q.compare_exchange(cur, cur + n, Ordering::SeqCst, Ordering::SeqCst) {
                 Ok(_) => break,
@@ -155,7 +179,7 @@ impl EngineHandle {
         }
         self.tx.send(job).map_err(|_| {
             q.fetch_sub(n, Ordering::SeqCst);
-            QueueFull
+            SubmitError::Stopped
         })
     }
 }
