@@ -262,9 +262,14 @@ impl Engine {
             for g in self.groups.values_mut() {
                 finished.extend(g.drop_cancelled());
                 if g.active() > 0 {
-                    let (done, n) = g.step();
-                    finished.extend(done);
-                    decoded += n;
+                    // a bug in a step fails that step's requests, not the server
+                    match std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| g.step())) {
+                        Ok((done, n)) => {
+                            finished.extend(done);
+                            decoded += n;
+                        }
+                        Err(_) => g.abort("internal error in the engine step", &mut finished),
+                    }
                 }
             }
             for d in &finished {
@@ -285,7 +290,11 @@ impl Engine {
     fn take(&mut self, job: Job) {
         match job {
             Job::Embed(e) => {
-                let out = embed(&e.model, &e.inputs, self.opts.prefill_chunk);
+                let chunk = self.opts.prefill_chunk;
+                let out = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                    embed(&e.model, &e.inputs, chunk)
+                }))
+                .unwrap_or_else(|_| Err("internal error computing embeddings".into()));
                 let _ = e.reply.send(out);
             }
             Job::Gen(g) => {
