@@ -38,8 +38,11 @@ impl ApiError {
 
     /// 400 for a field this server does not implement, named so the client knows what to drop.
     pub fn unsupported(param: &str, what: &str) -> Self {
-        Self::invalid(param, format!("'{param}' is not supported by this server ({what})"))
-            .code("unsupported_parameter")
+        Self::invalid(
+            param,
+            format!("'{param}' is not supported by this server ({what})"),
+        )
+        .code("unsupported_parameter")
     }
 
     pub fn model_not_found(id: &str, known: &[String]) -> Self {
@@ -64,7 +67,11 @@ impl ApiError {
     }
 
     pub fn unavailable(message: impl Into<String>) -> Self {
-        Self::new(StatusCode::SERVICE_UNAVAILABLE, "unavailable_error", message)
+        Self::new(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "unavailable_error",
+            message,
+        )
     }
 
     pub fn param(mut self, param: &str) -> Self {
@@ -106,19 +113,13 @@ pub enum ServeError {
     #[error("model file '{0}' not found")]
     MissingModel(String),
     #[error("reading models directory '{dir}': {source}")]
-    ModelsDir {
-        dir: String,
-        source: std::io::Error,
-    },
+    ModelsDir { dir: String, source: std::io::Error },
     #[error("two models have the id '{0}' (the file stem); rename one")]
     DuplicateId(String),
     #[error("{0}")]
     Config(String),
     #[error("runs directory '{dir}': {source}")]
-    RunsDir {
-        dir: String,
-        source: std::io::Error,
-    },
+    RunsDir { dir: String, source: std::io::Error },
     #[error("{what}: {source}")]
     Io {
         what: &'static str,

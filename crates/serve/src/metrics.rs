@@ -41,7 +41,12 @@ impl Metrics {
     pub fn requests_with(&self, status: u16) -> u64 {
         self.requests
             .lock()
-            .map(|m| m.iter().filter(|(k, _)| k.1 == status).map(|(_, v)| v).sum())
+            .map(|m| {
+                m.iter()
+                    .filter(|(k, _)| k.1 == status)
+                    .map(|(_, v)| v)
+                    .sum()
+            })
             .unwrap_or(0)
     }
 
@@ -68,7 +73,10 @@ impl Metrics {
         if let Ok(mut q) = self.decoded.lock() {
             let now = Instant::now();
             q.push_back((now, n));
-            while q.front().is_some_and(|(t, _)| now.duration_since(*t) > RATE_WINDOW) {
+            while q
+                .front()
+                .is_some_and(|(t, _)| now.duration_since(*t) > RATE_WINDOW)
+            {
                 q.pop_front();
             }
         }
@@ -103,10 +111,26 @@ impl Metrics {
             }
         }
         let counters = [
-            ("toy_prompt_tokens_total", "Prompt tokens of finished sequences.", &self.prompt_tokens),
-            ("toy_completion_tokens_total", "Generated tokens of finished sequences.", &self.completion_tokens),
-            ("toy_cached_prompt_tokens_total", "Prompt tokens reused from a slot's KV cache.", &self.cached_tokens),
-            ("toy_cancelled_sequences_total", "Sequences ended because the client went away.", &self.cancelled),
+            (
+                "toy_prompt_tokens_total",
+                "Prompt tokens of finished sequences.",
+                &self.prompt_tokens,
+            ),
+            (
+                "toy_completion_tokens_total",
+                "Generated tokens of finished sequences.",
+                &self.completion_tokens,
+            ),
+            (
+                "toy_cached_prompt_tokens_total",
+                "Prompt tokens reused from a slot's KV cache.",
+                &self.cached_tokens,
+            ),
+            (
+                "toy_cancelled_sequences_total",
+                "Sequences ended because the client went away.",
+                &self.cancelled,
+            ),
         ];
         for (name, help, v) in counters {
             let _ = writeln!(
@@ -116,9 +140,21 @@ impl Metrics {
             );
         }
         let gauges = [
-            ("toy_queue_depth", "Sequences waiting for a slot.", self.queue_depth.load(Ordering::Relaxed) as f64),
-            ("toy_active_slots", "Slots running a sequence.", self.active_slots.load(Ordering::Relaxed) as f64),
-            ("toy_tokens_per_second", "Tokens decoded per second over the last 10 s.", self.tokens_per_second()),
+            (
+                "toy_queue_depth",
+                "Sequences waiting for a slot.",
+                self.queue_depth.load(Ordering::Relaxed) as f64,
+            ),
+            (
+                "toy_active_slots",
+                "Slots running a sequence.",
+                self.active_slots.load(Ordering::Relaxed) as f64,
+            ),
+            (
+                "toy_tokens_per_second",
+                "Tokens decoded per second over the last 10 s.",
+                self.tokens_per_second(),
+            ),
         ];
         for (name, help, v) in gauges {
             let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} gauge\n{name} {v}");
@@ -128,7 +164,11 @@ impl Metrics {
             "# HELP toy_model_loaded Whether a model is in memory.\n# TYPE toy_model_loaded gauge"
         );
         for (id, loaded) in models {
-            let _ = writeln!(out, "toy_model_loaded{{model=\"{id}\"}} {}", u8::from(*loaded));
+            let _ = writeln!(
+                out,
+                "toy_model_loaded{{model=\"{id}\"}} {}",
+                u8::from(*loaded)
+            );
         }
         let name = "toy_time_to_first_token_seconds";
         let _ = writeln!(

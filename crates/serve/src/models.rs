@@ -81,11 +81,7 @@ fn stem(path: &Path) -> String {
 
 impl Registry {
     /// The models of `-m` and of `--models-dir`, checked to exist, ids unique.
-    pub fn new(
-        files: &[PathBuf],
-        dir: Option<&Path>,
-        ctx: usize,
-    ) -> Result<Self, ServeError> {
+    pub fn new(files: &[PathBuf], dir: Option<&Path>, ctx: usize) -> Result<Self, ServeError> {
         let mut paths: Vec<PathBuf> = files.to_vec();
         if let Some(dir) = dir {
             let err = |source| ServeError::ModelsDir {
@@ -95,7 +91,10 @@ impl Registry {
             let mut found: Vec<PathBuf> = std::fs::read_dir(dir)
                 .map_err(err)?
                 .filter_map(|e| e.ok().map(|e| e.path()))
-                .filter(|p| p.extension().is_some_and(|x| x.eq_ignore_ascii_case("gguf")))
+                .filter(|p| {
+                    p.extension()
+                        .is_some_and(|x| x.eq_ignore_ascii_case("gguf"))
+                })
                 .collect();
             found.sort();
             paths.extend(found);
@@ -208,7 +207,7 @@ impl Registry {
         let Some(e) = self.entries.iter().find(|e| e.id == id) else {
             return false;
         };
-        let idle_long = e.last_used.lock().map_or(false, |t| t.elapsed() >= idle);
+        let idle_long = e.last_used.lock().is_ok_and(|t| t.elapsed() >= idle);
         idle_long
             && e.state.send_if_modified(|s| {
                 if matches!(s, LoadState::Loaded(_)) {

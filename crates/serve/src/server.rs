@@ -58,9 +58,13 @@ async fn check_key(State(state): State<AppState>, req: Request, next: Next) -> R
         .map(str::trim);
     match given {
         Some(k) if k == key => next.run(req).await,
-        Some(_) => ApiError::new(StatusCode::UNAUTHORIZED, "authentication_error", "invalid API key")
-            .code("invalid_api_key")
-            .into_response(),
+        Some(_) => ApiError::new(
+            StatusCode::UNAUTHORIZED,
+            "authentication_error",
+            "invalid API key",
+        )
+        .code("invalid_api_key")
+        .into_response(),
         None => ApiError::new(
             StatusCode::UNAUTHORIZED,
             "authentication_error",
@@ -88,7 +92,10 @@ pub fn router(state: AppState) -> Router {
         .fallback(misc::not_found)
         .method_not_allowed_fallback(misc::method_not_allowed)
         .layer(middleware::from_fn_with_state(state.clone(), check_key))
-        .layer(middleware::from_fn_with_state(state.clone(), count_requests))
+        .layer(middleware::from_fn_with_state(
+            state.clone(),
+            count_requests,
+        ))
         .with_state(state)
 }
 
@@ -120,9 +127,17 @@ fn prepare(cfg: ServeConfig) -> Result<Prepared, ServeError> {
             "--parallel, the queue and the prefill chunk must be at least 1".into(),
         ));
     }
-    let registry = Arc::new(Registry::new(&cfg.models, cfg.models_dir.as_deref(), cfg.ctx)?);
+    let registry = Arc::new(Registry::new(
+        &cfg.models,
+        cfg.models_dir.as_deref(),
+        cfg.ctx,
+    )?);
     let metrics = Arc::new(Metrics::default());
-    let telemetry = Arc::new(Telemetry::open(&cfg.runs_dir, cfg.log_prompts, &registry.ids()));
+    let telemetry = Arc::new(Telemetry::open(
+        &cfg.runs_dir,
+        cfg.log_prompts,
+        &registry.ids(),
+    ));
     let engine = engine::spawn(
         EngineOptions {
             parallel: cfg.parallel,

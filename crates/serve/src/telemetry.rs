@@ -78,7 +78,8 @@ impl Telemetry {
 
     pub fn write(&self, mut line: Value) {
         if let Some(obj) = line.as_object_mut() {
-            obj.entry("time").or_insert(json!(crate::models::unix_now()));
+            obj.entry("time")
+                .or_insert(json!(crate::models::unix_now()));
         }
         if let Ok(mut f) = self.file.lock() {
             if let Some(f) = f.as_mut() {

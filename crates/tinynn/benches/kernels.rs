@@ -7,6 +7,7 @@ use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion, Through
 use std::hint::black_box;
 use tinynn::kernels::attention::{causal_attention, AttnShape};
 use tinynn::kernels::qmatmul::{matmul, matvec};
+use tinynn::kernels::repack::Packed;
 use tinynn::kernels::QMat;
 use tinynn::quant::{quantize, GgmlType};
 
@@ -37,6 +38,22 @@ fn weights(ty: GgmlType, n: usize, k: usize) -> Vec<u8> {
     bytes
 }
 
+/// The matrix as stored, and as repacked at load where this CPU has an interleaved kernel
+/// (what models use).
+fn variants<'a>(w: QMat<'a>, packed: Option<&'a Packed>) -> Vec<(&'static str, QMat<'a>)> {
+    let mut v = vec![("", w)];
+    if let Some(p) = packed {
+        v.push((
+            "_packed",
+            QMat {
+                packed: Some(p),
+                ..w
+            },
+        ));
+    }
+    v
+}
+
 const TYPES: [GgmlType; 6] = [
     GgmlType::Q4_0,
     GgmlType::Q4_1,
@@ -55,14 +72,17 @@ fn decode(c: &mut Criterion) {
             }
             let bytes = weights(ty, n, k);
             let w = QMat::new(ty, n, k, &bytes).expect("matrix");
+            let packed = Packed::new(&w);
             let x = data(k, 1);
             let mut y = vec![0f32; n];
             g.throughput(Throughput::Bytes(bytes.len() as u64));
-            g.bench_with_input(
-                BenchmarkId::new(ty.name(), format!("{n}x{k}")),
-                &w,
-                |b, w| b.iter(|| matvec(w, black_box(&x), &mut y)),
-            );
+            for (label, w) in variants(w, packed.as_ref()) {
+                g.bench_with_input(
+                    BenchmarkId::new(format!("{}{label}", ty.name()), format!("{n}x{k}")),
+                    &w,
+                    |b, w| b.iter(|| matvec(w, black_box(&x), &mut y)),
+                );
+            }
         }
     }
     g.finish();
@@ -79,14 +99,17 @@ fn prefill(c: &mut Criterion) {
             }
             let bytes = weights(ty, n, k);
             let w = QMat::new(ty, n, k, &bytes).expect("matrix");
+            let packed = Packed::new(&w);
             let x = data(t * k, 2);
             let mut y = vec![0f32; t * n];
             g.throughput(Throughput::Elements((t * n * k) as u64));
-            g.bench_with_input(
-                BenchmarkId::new(ty.name(), format!("{n}x{k}")),
-                &w,
-                |b, w| b.iter(|| matmul(w, black_box(&x), t, &mut y)),
-            );
+            for (label, w) in variants(w, packed.as_ref()) {
+                g.bench_with_input(
+                    BenchmarkId::new(format!("{}{label}", ty.name()), format!("{n}x{k}")),
+                    &w,
+                    |b, w| b.iter(|| matmul(w, black_box(&x), t, &mut y)),
+                );
+            }
         }
     }
     g.finish();

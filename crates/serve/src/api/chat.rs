@@ -29,10 +29,16 @@ fn content_text(v: Option<&Value>, at: &str) -> Result<String, ApiError> {
                 match (p.get("type").and_then(Value::as_str), p.get("text")) {
                     (Some("text"), Some(Value::String(t))) => out.push_str(t),
                     (Some("text"), _) => {
-                        return Err(ApiError::invalid(&here, format!("'{here}.text' must be a string")))
+                        return Err(ApiError::invalid(
+                            &here,
+                            format!("'{here}.text' must be a string"),
+                        ))
                     }
                     (Some(other), _) => {
-                        return Err(ApiError::unsupported(&here, &format!("only text parts, not '{other}'")))
+                        return Err(ApiError::unsupported(
+                            &here,
+                            &format!("only text parts, not '{other}'"),
+                        ))
                     }
                     (None, _) => {
                         return Err(ApiError::invalid(&here, format!("'{here}' needs a 'type'")))
@@ -43,7 +49,10 @@ fn content_text(v: Option<&Value>, at: &str) -> Result<String, ApiError> {
         }
         Some(v) => Err(ApiError::invalid(
             &format!("{at}.content"),
-            format!("'{at}.content' must be a string or an array of parts, got {}", kind(v)),
+            format!(
+                "'{at}.content' must be a string or an array of parts, got {}",
+                kind(v)
+            ),
         )),
     }
 }
@@ -60,13 +69,19 @@ pub fn messages(f: &Fields) -> Result<Vec<ChatMessage>, ApiError> {
         }
     };
     if list.is_empty() {
-        return Err(ApiError::invalid("messages", "'messages' must not be empty"));
+        return Err(ApiError::invalid(
+            "messages",
+            "'messages' must not be empty",
+        ));
     }
     let mut out = Vec::with_capacity(list.len());
     for (i, m) in list.iter().enumerate() {
         let at = format!("messages[{i}]");
         let Some(obj) = m.as_object() else {
-            return Err(ApiError::invalid(&at, format!("'{at}' must be an object, got {}", kind(m))));
+            return Err(ApiError::invalid(
+                &at,
+                format!("'{at}' must be an object, got {}", kind(m)),
+            ));
         };
         let role = match obj.get("role") {
             Some(Value::String(r)) => r.as_str(),
@@ -76,26 +91,42 @@ pub fn messages(f: &Fields) -> Result<Vec<ChatMessage>, ApiError> {
                     format!("'{at}.role' must be a string, got {}", kind(v)),
                 ))
             }
-            None => return Err(ApiError::invalid(&format!("{at}.role"), format!("'{at}.role' is required"))),
+            None => {
+                return Err(ApiError::invalid(
+                    &format!("{at}.role"),
+                    format!("'{at}.role' is required"),
+                ))
+            }
         };
         let role = match role {
             "system" | "developer" => "system",
             "user" => "user",
             "assistant" => "assistant",
             "tool" | "function" => {
-                return Err(ApiError::unsupported(&format!("{at}.role"), "no tool calling"))
+                return Err(ApiError::unsupported(
+                    &format!("{at}.role"),
+                    "no tool calling",
+                ))
             }
             other => {
                 return Err(ApiError::invalid(
                     &format!("{at}.role"),
-                    format!("'{at}.role' is '{other}'; expected system, developer, user or assistant"),
+                    format!(
+                        "'{at}.role' is '{other}'; expected system, developer, user or assistant"
+                    ),
                 ))
             }
         };
         if obj.get("tool_calls").is_some_and(|v| !v.is_null()) {
-            return Err(ApiError::unsupported(&format!("{at}.tool_calls"), "no tool calling"));
+            return Err(ApiError::unsupported(
+                &format!("{at}.tool_calls"),
+                "no tool calling",
+            ));
         }
-        out.push(ChatMessage::new(role, content_text(obj.get("content"), &at)?));
+        out.push(ChatMessage::new(
+            role,
+            content_text(obj.get("content"), &at)?,
+        ));
     }
     Ok(out)
 }
@@ -121,7 +152,10 @@ pub async fn completions(
     let template = model.template.as_ref().ok_or_else(|| {
         ApiError::invalid(
             "model",
-            format!("model '{}' has no chat template; use /v1/completions", model.id),
+            format!(
+                "model '{}' has no chat template; use /v1/completions",
+                model.id
+            ),
         )
     })?;
     let text = template

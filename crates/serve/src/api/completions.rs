@@ -71,7 +71,10 @@ pub fn prompts(f: &Fields, m: &LoadedModel) -> Result<Vec<(Vec<u32>, String)>, A
                         v => {
                             return Err(ApiError::invalid(
                                 "prompt",
-                                format!("'prompt[{i}]' must be a string or a list of token ids, got {}", kind(v)),
+                                format!(
+                                    "'prompt[{i}]' must be a string or a list of token ids, got {}",
+                                    kind(v)
+                                ),
                             ))
                         }
                     });
@@ -81,7 +84,10 @@ pub fn prompts(f: &Fields, m: &LoadedModel) -> Result<Vec<(Vec<u32>, String)>, A
             v => {
                 return Err(ApiError::invalid(
                     "prompt",
-                    format!("'prompt[0]' must be a string, a token id or a list of token ids, got {}", kind(v)),
+                    format!(
+                        "'prompt[0]' must be a string, a token id or a list of token ids, got {}",
+                        kind(v)
+                    ),
                 ))
             }
         },

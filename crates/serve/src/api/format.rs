@@ -30,9 +30,7 @@ fn piece(m: &LoadedModel, id: u32) -> String {
 
 /// One token in the chat format.
 pub fn chat_logprob(m: &LoadedModel, lp: &TokenLogprob) -> Value {
-    let entry = |id: u32, logprob: f32| {
-        json!({"token": piece(m, id), "logprob": logprob, "bytes": m.tok.token_bytes(id)})
-    };
+    let entry = |id: u32, logprob: f32| json!({"token": piece(m, id), "logprob": logprob, "bytes": m.tok.token_bytes(id)});
     let mut v = entry(lp.id, lp.logprob);
     v["top_logprobs"] = lp.top.iter().map(|&(id, l)| entry(id, l)).collect();
     v
@@ -95,7 +93,7 @@ impl LegacyLogprobs {
 /// Token counts of a request: each prompt counted once (not once per choice), every
 /// choice's output, and the prompt tokens served from a slot's cache.
 pub fn usage(done: &[&SeqDone], n: usize) -> Value {
-    let first_of_prompt = |d: &&&SeqDone| d.index % n.max(1) == 0;
+    let first_of_prompt = |d: &&&SeqDone| d.index.is_multiple_of(n.max(1));
     let prompt: usize = done
         .iter()
         .filter(first_of_prompt)

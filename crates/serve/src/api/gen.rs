@@ -10,7 +10,6 @@ use crate::error::ApiError;
 use crate::models::{unix_now, LoadedModel};
 use crate::telemetry::Telemetry;
 use crate::AppState;
-use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use axum::Json;
 use serde_json::{json, Value};
@@ -44,7 +43,13 @@ pub struct RequestLog {
 }
 
 impl RequestLog {
-    pub fn new(tel: Arc<Telemetry>, route: &str, model: &str, stream: bool, started: Instant) -> Self {
+    pub fn new(
+        tel: Arc<Telemetry>,
+        route: &str,
+        model: &str,
+        stream: bool,
+        started: Instant,
+    ) -> Self {
         let line = json!({"type": "request", "route": route, "model": model, "stream": stream});
         Self {
             tel,
@@ -63,9 +68,10 @@ impl RequestLog {
         self.line["prompt_tokens"] = u["prompt_tokens"].clone();
         self.line["completion_tokens"] = u["completion_tokens"].clone();
         self.line["cached_tokens"] = u["prompt_tokens_details"]["cached_tokens"].clone();
-        let ttft = done.iter().filter_map(|d| d.ttft_ms).fold(None, |a: Option<f64>, t| {
-            Some(a.map_or(t, |a| a.min(t)))
-        });
+        let ttft = done
+            .iter()
+            .filter_map(|d| d.ttft_ms)
+            .fold(None, |a: Option<f64>, t| Some(a.map_or(t, |a| a.min(t))));
         self.line["ttft_ms"] = json!(ttft.map(|t| (t * 100.0).round() / 100.0));
         self.write(status);
     }
@@ -102,7 +108,9 @@ impl ChoiceOut {
     /// Apply an event for this choice.
     pub fn apply(&mut self, ev: Event) {
         match ev {
-            Event::Token { text, id, logprob, .. } => {
+            Event::Token {
+                text, id, logprob, ..
+            } => {
                 self.text.push_str(&text);
                 self.tokens.push((id, logprob));
             }
@@ -140,18 +148,17 @@ pub async fn run(state: &AppState, req: GenRequest, route: &str) -> Result<Respo
         events: tx,
         enqueued: Instant::now(),
     };
-    state.engine.submit(Job::Gen(job)).map_err(|_| {
-        ApiError::new(
-            StatusCode::TOO_MANY_REQUESTS,
-            "rate_limit_error",
-            format!(
-                "the server is busy: {} sequences are already waiting for a slot; retry later",
-                state.cfg.queue
-            ),
-        )
-        .code("queue_full")
-    })?;
-    let mut log = RequestLog::new(state.telemetry.clone(), route, &req.model.id, req.stream, req.started);
+    state
+        .engine
+        .submit(Job::Gen(job))
+        .map_err(|e| e.api_error(state.cfg.queue))?;
+    let mut log = RequestLog::new(
+        state.telemetry.clone(),
+        route,
+        &req.model.id,
+        req.stream,
+        req.started,
+    );
     if let Some(p) = &req.logged_prompt {
         log.set("prompt", p.clone());
     }

@@ -24,12 +24,7 @@ fn model_json(e: &crate::models::Entry) -> Value {
 }
 
 pub async fn list_models(State(state): State<AppState>) -> Json<Value> {
-    let data: Vec<Value> = state
-        .registry
-        .entries
-        .iter()
-        .map(model_json)
-        .collect();
+    let data: Vec<Value> = state.registry.entries.iter().map(model_json).collect();
     Json(json!({"object": "list", "data": data}))
 }
 
@@ -101,7 +96,9 @@ pub async fn detokenize(
 
 pub async fn health(State(state): State<AppState>) -> Response {
     if state.registry.loading() {
-        return ApiError::unavailable("loading model").code("loading").into_response();
+        return ApiError::unavailable("loading model")
+            .code("loading")
+            .into_response();
     }
     Json(json!({"status": "ok"})).into_response()
 }

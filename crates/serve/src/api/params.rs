@@ -53,7 +53,10 @@ pub fn reject_unsupported(f: &Fields) -> Result<(), ApiError> {
         }
     }
     if f.bool("parallel_tool_calls")? == Some(true) {
-        return Err(ApiError::unsupported("parallel_tool_calls", "no tool calling"));
+        return Err(ApiError::unsupported(
+            "parallel_tool_calls",
+            "no tool calling",
+        ));
     }
     Ok(())
 }
@@ -64,8 +67,10 @@ fn fresh_seed() -> u64 {
     let t = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map_or(0, |d| d.as_nanos() as u64);
-    (t ^ COUNTER.fetch_add(1, Ordering::Relaxed).wrapping_mul(0x9e37_79b9_7f4a_7c15))
-        .rotate_left(17)
+    (t ^ COUNTER
+        .fetch_add(1, Ordering::Relaxed)
+        .wrapping_mul(0x9e37_79b9_7f4a_7c15))
+    .rotate_left(17)
 }
 
 /// `logit_bias`: {"token id": bias in -100..=100}.
@@ -109,7 +114,9 @@ pub fn sampler(f: &Fields, vocab: usize) -> Result<SamplerConfig, ApiError> {
     Ok(SamplerConfig {
         temperature: f.f32_in("temperature", 0.0, 2.0)?.unwrap_or(1.0),
         top_p: f.f32_in("top_p", 0.0, 1.0)?.unwrap_or(1.0),
-        top_k: f.int_in("top_k", 0, vocab as i64)?.unwrap_or(d.top_k as i64) as usize,
+        top_k: f
+            .int_in("top_k", 0, vocab as i64)?
+            .unwrap_or(d.top_k as i64) as usize,
         min_p: f.f32_in("min_p", 0.0, 1.0)?.unwrap_or(d.min_p),
         repeat_penalty: f.f32_in("repeat_penalty", 0.0, 10.0)?.unwrap_or(1.0),
         presence_penalty: f.f32_in("presence_penalty", -2.0, 2.0)?.unwrap_or(0.0),
@@ -147,7 +154,10 @@ pub fn stream(f: &Fields) -> Result<(bool, bool), ApiError> {
         Some(v) => {
             return Err(ApiError::invalid(
                 "stream_options.include_usage",
-                format!("'stream_options.include_usage' must be a boolean, got {}", kind(v)),
+                format!(
+                    "'stream_options.include_usage' must be a boolean, got {}",
+                    kind(v)
+                ),
             ))
         }
     };

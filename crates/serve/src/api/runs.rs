@@ -57,7 +57,10 @@ fn summarize(id: &str, events: &Path) -> Option<Value> {
         .take(4096)
         .read_to_string(&mut head)
         .ok();
-    let first: Option<Value> = head.lines().next().and_then(|l| serde_json::from_str(l).ok());
+    let first: Option<Value> = head
+        .lines()
+        .next()
+        .and_then(|l| serde_json::from_str(l).ok());
     let first_type = first
         .as_ref()
         .and_then(|v| v["type"].as_str())

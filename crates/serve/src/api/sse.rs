@@ -134,11 +134,17 @@ impl Streamer {
                     l.push(&m, id, Some(lp));
                 }
                 self.offsets[i] = l.offset;
-                let echo = self.req.echo.as_ref().map_or(String::new(), |e| e[i / self.req.n].clone());
+                let echo = self
+                    .req
+                    .echo
+                    .as_ref()
+                    .map_or(String::new(), |e| e[i / self.req.n].clone());
                 vec![self.chunk(self.choice(i, &echo, l.take(), None))]
             }
             Event::Error { message, .. } => {
-                vec![json!({"error": {"message": message, "type": "server_error", "param": null, "code": null}})]
+                vec![
+                    json!({"error": {"message": message, "type": "server_error", "param": null, "code": null}}),
+                ]
             }
             Event::Done(d) => {
                 let finish = d.finish.api_name();

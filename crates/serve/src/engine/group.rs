@@ -29,8 +29,9 @@ pub struct Group {
     scratch: State,
     /// Reused copy of one row of logits for sampling with bias or penalties.
     buf: Vec<f32>,
-    /// Decode steps move to one thread while another process holds a core.
-    pool: Adaptive,
+    /// Decode steps move to one thread while another process holds a core; one chooser per
+    /// batch size, since it compares timings of like jobs.
+    pools: Vec<Adaptive>,
     chunk: usize,
 }
 
@@ -55,7 +56,7 @@ impl Group {
             slots,
             scratch,
             buf: Vec::new(),
-            pool: Adaptive::new(),
+            pools: (0..parallel.max(1)).map(|_| Adaptive::new()).collect(),
             chunk: chunk.max(1),
         }
     }
@@ -64,23 +65,27 @@ impl Group {
         self.slots.iter().filter(|s| s.seq.is_some()).count()
     }
 
-    pub fn has_free(&self) -> bool {
-        self.slots.iter().any(|s| s.seq.is_none())
-    }
-
-    /// Put `seq` into the free slot whose cache shares the longest prefix with its prompt
-    /// (ties: the least recently used), keeping that prefix. False when no slot is free.
-    pub fn admit(&mut self, mut seq: Seq, reuse: bool) -> Result<(), Seq> {
-        let best = self
-            .slots
+    /// The free slot whose cache shares the longest prefix with `prompt` (ties: the least
+    /// recently used), and that prefix's length.
+    pub fn best_slot(&self, prompt: &[u32]) -> Option<(usize, usize)> {
+        self.slots
             .iter()
             .enumerate()
             .filter(|(_, s)| s.seq.is_none())
-            .map(|(i, s)| (common_prefix(&s.tokens, &seq.prompt), std::cmp::Reverse(s.freed), i))
-            .max();
-        let Some((common, _, i)) = best else {
-            return Err(seq);
-        };
+            .map(|(i, s)| {
+                (
+                    common_prefix(&s.tokens, prompt),
+                    std::cmp::Reverse(s.freed),
+                    i,
+                )
+            })
+            .max()
+            .map(|(common, _, i)| (i, common))
+    }
+
+    /// Put `seq` into free slot `i`, keeping the `common` positions its cache shares with
+    /// the prompt when `reuse` allows.
+    pub fn admit(&mut self, i: usize, common: usize, mut seq: Seq, reuse: bool) {
         // one prompt token is always fed, for the logits of the first output token
         let keep = if reuse {
             common.min(seq.prompt.len() - 1)
@@ -94,7 +99,6 @@ impl Group {
         seq.cached = keep;
         seq.admitted = Instant::now();
         slot.seq = Some(seq);
-        Ok(())
     }
 
     /// Free the slots of clients that went away; returns how many.
@@ -115,14 +119,59 @@ impl Group {
     /// tokens were decoded.
     pub fn step(&mut self) -> (Vec<SeqDone>, usize) {
         let mut done = Vec::new();
+        self.share_prefixes();
         if let Err(e) = self.prefill_one(&mut done) {
             self.fail_all(&e, &mut done);
         }
-        match self.decode_all(&mut done) {
+        let r = self.decode_all(&mut done);
+        match r {
             Ok(n) => (done, n),
             Err(e) => {
                 self.fail_all(&e, &mut done);
                 (done, 0)
+            }
+        }
+    }
+
+    /// Let prefilling sequences take what other slots already computed: when another
+    /// slot's cache holds a longer prefix of the prompt, its rows are copied (identical to
+    /// what prefill would compute, chunks being split-invariant). A prompt left with one
+    /// token to feed joins the batched decode step instead of a prefill pass of its own,
+    /// so N clients sending the same prompt cost one prefill and one batched step.
+    fn share_prefixes(&mut self) {
+        for i in 0..self.slots.len() {
+            let Some(seq) = self.slots[i].seq.as_ref() else {
+                continue;
+            };
+            if !seq.prefilling() || seq.job.params.prompt_logprobs {
+                continue;
+            }
+            let (fed, len) = (seq.fed, seq.prompt.len());
+            let prompt = seq.prompt.clone();
+            let best = (0..self.slots.len())
+                .filter(|&j| j != i)
+                .map(|j| {
+                    (
+                        common_prefix(&self.slots[j].tokens, &prompt).min(len - 1),
+                        j,
+                    )
+                })
+                .max();
+            if let Some((upto, j)) = best.filter(|&(upto, _)| upto > fed) {
+                let (src, dst) = pair(&mut self.slots, j, i);
+                copy_rows(&src.cache, &mut dst.cache, fed, upto);
+                dst.tokens.extend_from_slice(&prompt[fed..upto]);
+                if let Some(seq) = dst.seq.as_mut() {
+                    seq.fed = upto;
+                    seq.cached += upto - fed;
+                }
+            }
+            let slot = &mut self.slots[i];
+            if let Some(seq) = slot.seq.as_mut() {
+                if seq.fed + 1 == len && seq.job.params.max_tokens > 0 {
+                    seq.fed = len;
+                    seq.next = Some(prompt[len - 1]);
+                }
             }
         }
     }
@@ -134,7 +183,12 @@ impl Group {
             .slots
             .iter()
             .enumerate()
-            .filter_map(|(i, s)| s.seq.as_ref().filter(|q| q.prefilling()).map(|q| (q.admitted, i)))
+            .filter_map(|(i, s)| {
+                s.seq
+                    .as_ref()
+                    .filter(|q| q.prefilling())
+                    .map(|q| (q.admitted, i))
+            })
             .min()
             .map(|(_, i)| i)
         else {
@@ -204,7 +258,7 @@ impl Group {
             slots,
             scratch,
             buf,
-            pool,
+            pools,
             ..
         } = self;
         let mut tokens = Vec::with_capacity(slots.len());
@@ -221,6 +275,7 @@ impl Group {
             return Ok(0);
         }
         let m = &model.model;
+        let pool = &mut pools[tokens.len() - 1];
         let logits = pool.run(|| m.forward_multi(scratch, &mut caches, &tokens).map(|_| ()));
         drop(caches);
         logits?;
@@ -246,11 +301,16 @@ impl Group {
 
     /// A model error ends every running sequence with it (the slots start over).
     fn fail_all(&mut self, e: &ModelError, done: &mut Vec<SeqDone>) {
+        self.abort(&format!("model error: {e}"), done);
+    }
+
+    /// End every running sequence with an error and empty the caches.
+    pub fn abort(&mut self, message: &str, done: &mut Vec<SeqDone>) {
         for slot in &mut self.slots {
             if let Some(mut seq) = slot.seq.take() {
                 let _ = seq.job.events.send(Event::Error {
                     index: seq.index,
-                    message: format!("model error: {e}"),
+                    message: message.to_string(),
                 });
                 done.push(seq.finish(FinishReason::Error));
             }
@@ -258,4 +318,33 @@ impl Group {
             slot.tokens.clear();
         }
     }
+}
+
+/// Mutable `b` and shared `a` of one slice (a != b).
+fn pair(slots: &mut [Slot], a: usize, b: usize) -> (&Slot, &mut Slot) {
+    if a < b {
+        let (lo, hi) = slots.split_at_mut(b);
+        (&lo[a], &mut hi[0])
+    } else {
+        let (lo, hi) = slots.split_at_mut(a);
+        (&hi[0], &mut lo[b])
+    }
+}
+
+/// Copy positions `from..to` of every layer's keys and values, (Hkv, P, D) each, from `src`
+/// to `dst` (caches of one model and context) and account them in `dst.pos`.
+fn copy_rows(src: &KvCache, dst: &mut KvCache, from: usize, to: usize) {
+    let (d, ctx) = (src.head_dim, src.ctx);
+    for (s, t) in src
+        .k
+        .iter()
+        .zip(dst.k.iter_mut())
+        .chain(src.v.iter().zip(dst.v.iter_mut()))
+    {
+        for g in 0..src.n_kv_head {
+            let (a, b) = ((g * ctx + from) * d, (g * ctx + to) * d);
+            t[a..b].copy_from_slice(&s[a..b]);
+        }
+    }
+    dst.pos = to;
 }

@@ -11,8 +11,10 @@ pub mod text;
 
 pub use logprob::TokenLogprob;
 
+use crate::error::ApiError;
 use crate::metrics::Metrics;
 use crate::models::{LoadedModel, Registry};
+use axum::http::StatusCode;
 use group::Group;
 use seq::Seq;
 use std::collections::{HashMap, VecDeque};
@@ -74,13 +76,19 @@ pub enum Event {
         logprob: Option<TokenLogprob>,
     },
     /// Text released at the end without a token of its own.
-    Text { index: usize, text: String },
+    Text {
+        index: usize,
+        text: String,
+    },
     /// Logprobs of the prompt's tokens after the first (echo with logprobs).
     PromptLogprobs {
         index: usize,
         logprobs: Vec<TokenLogprob>,
     },
-    Error { index: usize, message: String },
+    Error {
+        index: usize,
+        message: String,
+    },
     Done(SeqDone),
 }
 
@@ -126,12 +134,34 @@ pub struct EngineHandle {
     max_queue: usize,
 }
 
-/// The queue is full (429).
-pub struct QueueFull;
+/// Why a job was not queued.
+#[derive(Debug, PartialEq, Eq)]
+pub enum SubmitError {
+    /// Too many sequences wait for a slot (429).
+    QueueFull,
+    /// The engine thread is gone (503).
+    Stopped,
+}
+
+impl SubmitError {
+    pub fn api_error(&self, max_queue: usize) -> ApiError {
+        match self {
+            SubmitError::QueueFull => ApiError::new(
+                StatusCode::TOO_MANY_REQUESTS,
+                "rate_limit_error",
+                format!(
+                    "the server is busy: {max_queue} sequences are already waiting for a slot; retry later"
+                ),
+            )
+            .code("queue_full"),
+            SubmitError::Stopped => ApiError::unavailable("the engine has stopped"),
+        }
+    }
+}
 
 impl EngineHandle {
     /// Queue a job; a generation job whose sequences would overfill the queue is refused.
-    pub fn submit(&self, job: Job) -> Result<(), QueueFull> {
+    pub fn submit(&self, job: Job) -> Result<(), SubmitError> {
         let n = match &job {
             Job::Gen(g) => g.prompts.len(),
             Job::Embed(_) => 0,
@@ -140,7 +170,7 @@ impl EngineHandle {
         let mut cur = q.load(Ordering::SeqCst);
         loop {
             if n > 0 && cur + n > self.max_queue {
-                return Err(QueueFull);
+                return Err(SubmitError::QueueFull);
             }
             match q.compare_exchange(cur, cur + n, Ordering::SeqCst, Ordering::SeqCst) {
                 Ok(_) => break,
@@ -149,7 +179,7 @@ impl EngineHandle {
         }
         self.tx.send(job).map_err(|_| {
             q.fetch_sub(n, Ordering::SeqCst);
-            QueueFull
+            SubmitError::Stopped
         })
     }
 }
@@ -232,9 +262,14 @@ impl Engine {
             for g in self.groups.values_mut() {
                 finished.extend(g.drop_cancelled());
                 if g.active() > 0 {
-                    let (done, n) = g.step();
-                    finished.extend(done);
-                    decoded += n;
+                    // a bug in a step fails that step's requests, not the server
+                    match std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| g.step())) {
+                        Ok((done, n)) => {
+                            finished.extend(done);
+                            decoded += n;
+                        }
+                        Err(_) => g.abort("internal error in the engine step", &mut finished),
+                    }
                 }
             }
             for d in &finished {
@@ -255,7 +290,11 @@ impl Engine {
     fn take(&mut self, job: Job) {
         match job {
             Job::Embed(e) => {
-                let out = embed(&e.model, &e.inputs, self.opts.prefill_chunk);
+                let chunk = self.opts.prefill_chunk;
+                let out = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                    embed(&e.model, &e.inputs, chunk)
+                }))
+                .unwrap_or_else(|_| Err("internal error computing embeddings".into()));
                 let _ = e.reply.send(out);
             }
             Job::Gen(g) => {
@@ -298,10 +337,9 @@ impl Engine {
         let mut still = VecDeque::new();
         while let Some(seq) = self.waiting.pop_front() {
             let model = seq.job.model.clone();
-            let group = self
-                .groups
-                .entry(model.id.clone())
-                .or_insert_with(|| Group::new(model.clone(), self.opts.parallel, self.opts.prefill_chunk));
+            let group = self.groups.entry(model.id.clone()).or_insert_with(|| {
+                Group::new(model.clone(), self.opts.parallel, self.opts.prefill_chunk)
+            });
             if !Arc::ptr_eq(&group.model, &model) {
                 // the model was reloaded: the old slots go once they are idle
                 if group.active() > 0 {
@@ -310,18 +348,21 @@ impl Engine {
                 }
                 *group = Group::new(model.clone(), self.opts.parallel, self.opts.prefill_chunk);
             }
-            let blocked = still.iter().any(|s: &Seq| Arc::ptr_eq(&s.job.model, &model));
-            if blocked || !group.has_free() {
+            let blocked = still
+                .iter()
+                .any(|s: &Seq| Arc::ptr_eq(&s.job.model, &model));
+            let slot = if blocked {
+                None
+            } else {
+                group.best_slot(&seq.prompt)
+            };
+            let Some((i, common)) = slot else {
                 still.push_back(seq);
                 continue;
-            }
+            };
             let reuse = !seq.job.params.prompt_logprobs;
-            match group.admit(seq, reuse) {
-                Ok(()) => {
-                    self.metrics.queue_depth.fetch_sub(1, Ordering::SeqCst);
-                }
-                Err(seq) => still.push_back(seq),
-            }
+            group.admit(i, common, seq, reuse);
+            self.metrics.queue_depth.fetch_sub(1, Ordering::SeqCst);
         }
         self.waiting = still;
     }
@@ -338,9 +379,7 @@ impl Engine {
                 self.registry.touch(&e.id);
                 continue;
             }
-            if e.is_loaded() && self.registry.unload_if_idle(&e.id, idle) {
-                self.groups.remove(&e.id);
-            } else if !e.is_loaded() {
+            if !e.is_loaded() || self.registry.unload_if_idle(&e.id, idle) {
                 self.groups.remove(&e.id);
             }
         }
@@ -357,7 +396,10 @@ fn embed(m: &LoadedModel, inputs: &[Vec<u32>], chunk: usize) -> Result<Vec<Vec<f
         state.reset();
         let mut sum = vec![0f64; c];
         for part in ids.chunks(state.n_batch) {
-            let h = m.model.hidden(&mut state, part).map_err(|e| e.to_string())?;
+            let h = m
+                .model
+                .hidden(&mut state, part)
+                .map_err(|e| e.to_string())?;
             for row in h.chunks_exact(c) {
                 sum.iter_mut().zip(row).for_each(|(s, &x)| *s += x as f64);
             }

@@ -137,7 +137,10 @@ mod tests {
 
     #[test]
     fn stop_string_across_tokens_is_never_shown() {
-        assert_eq!(run(&["END"], &["hello E", "N", "D more"]), ("hello ".into(), true));
+        assert_eq!(
+            run(&["END"], &["hello E", "N", "D more"]),
+            ("hello ".into(), true)
+        );
         assert_eq!(run(&["\n\n", "User:"], &["a\n", "\nb"]), ("a".into(), true));
         assert_eq!(run(&["xyz"], &["xy"]), ("xy".into(), false));
     }

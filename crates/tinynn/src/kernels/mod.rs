@@ -26,6 +26,7 @@ pub mod qgemm;
 pub mod qmatmul;
 #[allow(clippy::needless_range_loop)]
 pub mod repack;
+pub mod repack_f16;
 pub mod rope;
 mod rowdot;
 

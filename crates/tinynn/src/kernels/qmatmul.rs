@@ -11,7 +11,7 @@
 use super::act_quant::{block_mins, has_min_term, q8_1_sum_corrections, round_for};
 use super::fallback::{matmul_f32, matvec_f32};
 use super::qgemm;
-use super::repack::PackedQ4;
+use super::repack::Packed;
 use super::rowdot::{int8_many, matvec_int8, packed_many, RowDot};
 use crate::quant::{can_dequantize, dequantize, GgmlType};
 
@@ -22,9 +22,9 @@ pub struct QMat<'a> {
     pub rows: usize,
     pub cols: usize,
     pub data: &'a [u8],
-    /// The same weights repacked for the interleaved-row kernel (Q4_0, Q4_1), when the owner
-    /// made it.
-    pub packed: Option<&'a PackedQ4>,
+    /// The same weights repacked for an interleaved-row kernel (Q4_0, Q4_1, Q5_0, Q8_0, F16),
+    /// when the owner made it.
+    pub packed: Option<&'a Packed>,
 }
 
 /// Why a byte slice cannot be used as a weight matrix.
@@ -157,6 +157,10 @@ pub fn kernel_names(w: &QMat) -> (&'static str, &'static str) {
     );
     if packable && w.cols.is_multiple_of(32) && super::repack::has_packed_kernel() {
         let k = "int8, 16 interleaved rows (AVX-512 VNNI)";
+        return (k, k);
+    }
+    if w.ty == GgmlType::F16 && super::repack_f16::has_f16_kernel() {
+        let k = "f16, 16 interleaved rows (AVX-512 F16C)";
         return (k, k);
     }
     let decode = if RowDot::for_matrix(w).is_some() {

@@ -49,6 +49,33 @@ pub struct PackedQ4 {
     data: Vec<u8>,
 }
 
+/// A weight matrix repacked for one of the interleaved-row kernels.
+#[derive(Debug)]
+pub enum Packed {
+    /// Q4_0, Q4_1, Q5_0, Q8_0 on the VNNI kernel.
+    Int8(PackedQ4),
+    /// F16 on the F16C kernel (`repack_f16`).
+    F16(super::repack_f16::PackedF16),
+}
+
+impl Packed {
+    /// Repack `w` when a kernel for its type runs on this CPU.
+    pub fn new(w: &QMat) -> Option<Self> {
+        if w.ty == GgmlType::F16 {
+            return super::repack_f16::PackedF16::new(w).map(Packed::F16);
+        }
+        PackedQ4::new(w).map(Packed::Int8)
+    }
+
+    /// Groups of 16 rows.
+    pub fn groups(&self) -> usize {
+        match self {
+            Packed::Int8(p) => p.groups(),
+            Packed::F16(p) => p.groups(),
+        }
+    }
+}
+
 /// Whether this CPU runs the packed kernel.
 pub fn has_packed_kernel() -> bool {
     super::qgemm::has_vnni()

@@ -7,6 +7,7 @@ use super::f16dot::{dot_f16, has_fast_f16};
 use super::qdot::{dot_q4_0, dot_q4_1, dot_q8_0, has_fast_q4_1, Q8_1Act, Q8_1Row};
 use super::qdot_k::{dot_q4_k, dot_q5_k, dot_q6_k, has_fast_k_quants, Q8KAct, Q8KRow};
 use super::qdot_q5::{dot_q5_0, dot_q5_1};
+use super::repack::Packed;
 use super::{qgemm, OutPtr, QMat};
 use crate::quant::{GgmlType, QK_K};
 use rayon::prelude::*;
@@ -132,6 +133,50 @@ thread_local! {
 /// Products on repacked Q4_0 weights (every `ws[i].packed` is set): X quantized once, each
 /// block's sum taken once, one parallel loop over groups of 16 rows of every matrix.
 pub(super) fn packed_many(ws: &[QMat], x: &[f32], t: usize, ys: &mut [&mut [f32]]) {
+    let f16s = ws
+        .iter()
+        .filter(|w| matches!(w.packed, Some(Packed::F16(_))));
+    match f16s.count() {
+        0 => packed_int8_many(ws, x, t, ys),
+        n if n == ws.len() => packed_f16_many(ws, x, t, ys),
+        _ => {
+            for (w, y) in ws.iter().zip(ys.iter_mut()) {
+                packed_many(&[*w], x, t, &mut [&mut **y]);
+            }
+        }
+    }
+}
+
+/// Products on repacked F16 weights: X rounded to f16 once (as ggml's F16 products see it),
+/// one parallel loop over chunks of groups of every matrix.
+fn packed_f16_many(ws: &[QMat], x: &[f32], t: usize, ys: &mut [&mut [f32]]) {
+    use super::repack_f16::GROUPS_PER_TASK;
+    // one token tile: nothing to keep in L2, so small tasks balance the threads better
+    let per_task = if t <= 8 { 1 } else { GROUPS_PER_TASK };
+    with_acts(x, &[RowDot::F16], false, |acts| {
+        let outs: Vec<OutPtr> = ys.iter_mut().map(|y| OutPtr(y.as_mut_ptr())).collect();
+        let tasks: Vec<(usize, usize)> = ws
+            .iter()
+            .enumerate()
+            .flat_map(|(i, w)| {
+                let groups = w.packed.map_or(0, |p| p.groups());
+                (0..groups).step_by(per_task).map(move |g| (i, g))
+            })
+            .collect();
+        tasks.into_par_iter().for_each(|(i, g0)| {
+            let Some(Packed::F16(p)) = ws[i].packed else {
+                return;
+            };
+            let g1 = (g0 + per_task).min(p.groups());
+            // SAFETY: packs are only made where the kernel runs; this task alone writes the
+            // rows of groups g0..g1 of output i (T, N_i).
+            unsafe { p.gemm_groups(g0, g1, &acts.f16, t, outs[i].at(0), ws[i].rows) };
+        });
+    })
+}
+
+/// Products on repacked 8-bit-kernel weights.
+fn packed_int8_many(ws: &[QMat], x: &[f32], t: usize, ys: &mut [&mut [f32]]) {
     with_acts(x, &[], true, |acts| {
         XSUM.with(|xs| {
             let mut xs = xs.borrow_mut();
@@ -147,7 +192,9 @@ pub(super) fn packed_many(ws: &[QMat], x: &[f32], t: usize, ys: &mut [&mut [f32]
                 })
                 .collect();
             tasks.into_par_iter().for_each(|(i, g0)| {
-                let Some(p) = ws[i].packed else { return };
+                let Some(Packed::Int8(p)) = ws[i].packed else {
+                    return;
+                };
                 let g1 = (g0 + 2).min(p.groups());
                 // SAFETY: the packed kernel exists on this CPU (packs are only made then); this
                 // task alone writes the rows of groups g0..g1 of output i (T, N_i).

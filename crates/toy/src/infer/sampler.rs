@@ -187,7 +187,10 @@ impl Sampler {
 fn softmax_of(cand: &[(u32, f32)], temp: f32, out: &mut Vec<f64>) {
     let max = cand.iter().map(|x| x.1).fold(f32::NEG_INFINITY, f32::max) as f64;
     out.clear();
-    out.extend(cand.iter().map(|x| ((x.1 as f64 - max) / temp as f64).exp()));
+    out.extend(
+        cand.iter()
+            .map(|x| ((x.1 as f64 - max) / temp as f64).exp()),
+    );
     let s: f64 = out.iter().sum();
     out.iter_mut().for_each(|v| *v /= s);
 }

@@ -6,7 +6,7 @@ use super::ModelError;
 use crate::gguf::GgufFile;
 use std::ops::Range;
 use std::sync::Arc;
-use tinynn::kernels::repack::PackedQ4;
+use tinynn::kernels::repack::Packed;
 use tinynn::kernels::QMat;
 use tinynn::quant::{can_dequantize, dequantize};
 
@@ -20,7 +20,7 @@ pub struct Weight {
     range: Range<usize>,
     /// Q4_0 / Q4_1 weights repacked for the interleaved-row kernel, where the CPU has it (shared by
     /// clones, e.g. a tied head).
-    packed: Option<Arc<PackedQ4>>,
+    packed: Option<Arc<Packed>>,
 }
 
 fn byte_range(f: &GgufFile, data: &[u8]) -> Range<usize> {
@@ -54,7 +54,7 @@ impl Weight {
             name: name.into(),
             source,
         })?;
-        let packed = PackedQ4::new(&q).map(Arc::new);
+        let packed = Packed::new(&q).map(Arc::new);
         let range = byte_range(f, data);
         if packed.is_some() {
             // the kernels read the repacked copy; an embedding lookup pages its rows back in

@@ -1,0 +1,286 @@
+//! The engine through the server: batched greedy output equal to lone output, prefix
+//! reuse across chat turns, a disconnect freeing its slot, the bounded queue (429), several
+//! models loaded on first use and unloaded when idle, and the telemetry file.
+
+mod common;
+
+use common::*;
+use serde_json::{json, Value};
+use std::time::{Duration, Instant};
+
+const PROMPTS: [&str; 4] = [
+    "What is the capital of France?",
+    "Write a haiku about rain.",
+    "List three fruits.",
+    "Explain gravity in one sentence.",
+];
+
+fn text(v: &Value) -> String {
+    v["choices"][0]["message"]["content"]
+        .as_str()
+        .expect("content")
+        .to_string()
+}
+
+/// A long greedy completion that never ends by itself (end-of-text tokens banned).
+fn endless(max_tokens: usize) -> Value {
+    json!({"prompt": "Once upon a time", "max_tokens": max_tokens, "temperature": 0,
+        "logit_bias": {"0": -100, "1": -100, "2": -100}, "stream": true})
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn concurrent_greedy_requests_equal_lone_requests() {
+    let mut cfg = config();
+    cfg.parallel = 4;
+    let s = start(cfg);
+    let mut lone = Vec::new();
+    for p in PROMPTS {
+        let (st, v) = post(&s, "/v1/chat/completions", &chat(p, 24)).await;
+        assert_eq!(st, 200, "{v}");
+        lone.push(text(&v));
+    }
+    // every prompt twice at once: 8 sequences on 4 slots, some waiting, some streamed
+    let s = &s;
+    let runs = (0..8).map(|i| async move {
+        let body = chat(PROMPTS[i % 4], 24);
+        if i % 3 == 0 {
+            let mut b = body;
+            b["stream"] = json!(true);
+            let (chunks, done) = stream(s, "/v1/chat/completions", &b).await;
+            assert!(done);
+            chunks
+                .iter()
+                .filter_map(|c| c["choices"][0]["delta"]["content"].as_str())
+                .collect::<String>()
+        } else {
+            text(&post(s, "/v1/chat/completions", &body).await.1)
+        }
+    });
+    let together = futures_util::future::join_all(runs).await;
+    for (i, t) in together.iter().enumerate() {
+        assert_eq!(
+            t,
+            &lone[i % 4],
+            "request {i} under batching differs from alone"
+        );
+    }
+    assert!(metric(s, "toy_cached_prompt_tokens_total").await > 0.0);
+}
+
+#[tokio::test]
+async fn a_second_chat_turn_reuses_the_cached_prefix() {
+    let mut cfg = config();
+    cfg.parallel = 2;
+    let s = start(cfg);
+    let mut messages = vec![json!({"role": "user", "content": "Give me a name for a cat."})];
+    let body = json!({"messages": messages, "max_tokens": 16, "temperature": 0});
+    let (_, first) = post(&s, "/v1/chat/completions", &body).await;
+    let first_prompt = first["usage"]["prompt_tokens"].as_u64().unwrap();
+    messages.push(json!({"role": "assistant", "content": text(&first)}));
+    messages.push(json!({"role": "user", "content": "And one for a dog?"}));
+    let body = json!({"messages": messages, "max_tokens": 8, "temperature": 0});
+    let (st, second) = post(&s, "/v1/chat/completions", &body).await;
+    assert_eq!(st, 200, "{second}");
+    let cached = second["usage"]["prompt_tokens_details"]["cached_tokens"]
+        .as_u64()
+        .unwrap();
+    assert!(
+        cached >= first_prompt,
+        "cached {cached} of the first turn's {first_prompt} prompt tokens"
+    );
+    assert!(cached < second["usage"]["prompt_tokens"].as_u64().unwrap());
+    // and the reused cache gives what a fresh server computes
+    let fresh = start(config());
+    let (_, again) = post(&fresh, "/v1/chat/completions", &body).await;
+    assert_eq!(again["usage"]["prompt_tokens_details"]["cached_tokens"], 0);
+    assert_eq!(text(&again), text(&second));
+}
+
+#[tokio::test]
+async fn a_disconnected_stream_frees_its_slot() {
+    let mut cfg = config();
+    cfg.parallel = 1;
+    let s = start(cfg);
+    let mut r = client()
+        .post(url(&s, "/v1/completions"))
+        .body(endless(1000).to_string())
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status().as_u16(), 200);
+    let mut got = 0;
+    while got < 200 {
+        got += r.chunk().await.unwrap().expect("stream goes on").len();
+    }
+    drop(r);
+    // with one slot, the next request runs only once the abandoned one is gone
+    let t = Instant::now();
+    for _ in 0..3 {
+        let (st, v) = post(&s, "/v1/chat/completions", &chat("Hi", 4)).await;
+        assert_eq!(st, 200, "{v}");
+    }
+    assert!(
+        t.elapsed() < Duration::from_secs(30),
+        "took {:?}",
+        t.elapsed()
+    );
+    assert_eq!(metric(&s, "toy_cancelled_sequences_total").await, 1.0);
+    // its telemetry line says the client went away
+    let dir = s.telemetry_dir.clone().unwrap();
+    let log = std::fs::read_to_string(dir.join("events.jsonl")).unwrap();
+    assert!(log.lines().any(|l| l.contains("\"status\":499")), "{log}");
+}
+
+#[tokio::test]
+async fn a_full_queue_answers_429_and_keeps_serving() {
+    let mut cfg = config();
+    cfg.parallel = 1;
+    cfg.queue = 1;
+    let s = std::sync::Arc::new(start(cfg));
+    let mut busy = client()
+        .post(url(&s, "/v1/completions"))
+        .body(endless(1000).to_string())
+        .send()
+        .await
+        .unwrap();
+    busy.chunk().await.unwrap().expect("first chunk");
+    let s2 = s.clone();
+    let waiting =
+        tokio::spawn(async move { post(&s2, "/v1/chat/completions", &chat("Hi", 2)).await });
+    let t = Instant::now();
+    while metric(&s, "toy_queue_depth").await < 1.0 {
+        assert!(
+            t.elapsed() < Duration::from_secs(30),
+            "the second request never queued"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let (st, v) = post(&s, "/v1/chat/completions", &chat("Hi", 2)).await;
+    assert_eq!(st, 429, "{v}");
+    assert_eq!(v["error"]["code"], "queue_full");
+    assert_eq!(v["error"]["type"], "rate_limit_error");
+    drop(busy);
+    let (st, v) = waiting.await.unwrap();
+    assert_eq!(
+        st, 200,
+        "the queued request is served once the slot frees: {v}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn models_load_on_first_use_and_unload_when_idle() {
+    let dir = temp_dir("models");
+    for name in ["alpha", "beta"] {
+        let to = dir.join(format!("{name}.gguf"));
+        if std::fs::hard_link(model_path(), &to).is_err() {
+            std::os::unix::fs::symlink(std::fs::canonicalize(model_path()).unwrap(), &to).unwrap();
+        }
+    }
+    std::fs::write(dir.join("notes.txt"), "not a model").unwrap();
+    let mut cfg = config();
+    cfg.models = Vec::new();
+    cfg.models_dir = Some(dir);
+    cfg.keep_alive = Some(Duration::from_secs(1));
+    let s = start(cfg);
+    let (_, m) = get(&s, "/v1/models").await;
+    let ids: Vec<&str> = m["data"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|x| x["id"].as_str().unwrap())
+        .collect();
+    assert_eq!(ids, vec!["alpha", "beta"]);
+    assert!(m["data"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .all(|x| x["loaded"] == false));
+    // with two models, 'model' is required
+    let (st, v) = post(&s, "/v1/chat/completions", &chat("Hi", 2)).await;
+    assert_eq!((st, v["error"]["param"].as_str()), (400, Some("model")));
+
+    // /health says 503 while alpha loads
+    let s = &s;
+    let watch = async move {
+        let mut codes = Vec::new();
+        for _ in 0..2000 {
+            let (st, _) = get_text(s, "/health").await;
+            codes.push(st);
+            if st == 200 && codes.contains(&503) {
+                break;
+            }
+        }
+        codes
+    };
+    let mut body = chat("Hi", 2);
+    body["model"] = json!("alpha");
+    let ask = async move {
+        tokio::time::sleep(Duration::from_millis(5)).await;
+        post(s, "/v1/chat/completions", &body).await
+    };
+    let (codes, (st, v)) = tokio::join!(watch, ask);
+    assert_eq!(st, 200, "{v}");
+    assert_eq!(v["model"], "alpha");
+    assert!(codes.contains(&503), "no 503 seen while loading: {codes:?}");
+    let (_, a) = get(s, "/v1/models/alpha").await;
+    let (_, b) = get(s, "/v1/models/beta").await;
+    assert_eq!(
+        (a["loaded"].clone(), b["loaded"].clone()),
+        (json!(true), json!(false))
+    );
+    let mut body = chat("Hi", 2);
+    body["model"] = json!("beta");
+    let (st, v) = post(s, "/v1/chat/completions", &body).await;
+    assert_eq!((st, v["model"].as_str()), (200, Some("beta")));
+    // idle past --keep-alive: both go
+    let t = Instant::now();
+    loop {
+        let (_, m) = get(s, "/v1/models").await;
+        if m["data"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .all(|x| x["loaded"] == false)
+        {
+            break;
+        }
+        assert!(
+            t.elapsed() < Duration::from_secs(20),
+            "models still loaded: {m}"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    // and come back on the next request
+    let (st, _) = post(s, "/v1/chat/completions", &body).await;
+    assert_eq!(st, 200);
+}
+
+#[tokio::test]
+async fn log_prompts_puts_the_text_in_the_telemetry() {
+    let mut cfg = config();
+    cfg.log_prompts = true;
+    let s = start(cfg);
+    let (st, _) = post(
+        &s,
+        "/v1/chat/completions",
+        &chat("The secret word is pumpkin.", 2),
+    )
+    .await;
+    assert_eq!(st, 200);
+    let dir = s.telemetry_dir.clone().unwrap();
+    assert!(dir
+        .file_name()
+        .unwrap()
+        .to_str()
+        .unwrap()
+        .starts_with("serve-"));
+    let log = std::fs::read_to_string(dir.join("events.jsonl")).unwrap();
+    let line: Value = log
+        .lines()
+        .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+        .find(|v| v["type"] == "request")
+        .expect("a request line");
+    assert!(line["prompt"].to_string().contains("pumpkin"), "{line}");
+    assert!(line["ttft_ms"].as_f64().unwrap() > 0.0);
+    assert_eq!(line["status"], 200);
+}
