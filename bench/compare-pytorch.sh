@@ -16,7 +16,9 @@
 #
 # Set-up (cached under target/): a venv target/pytorch-venv with torch from PyPI (the wheel
 # with its CUDA libraries: the --no-deps install does not import without them) and
-# llama-cpp-python 0.3.36 built from source (minutes). Not part of CI.
+# llama-cpp-python 0.3.36 built from source (minutes), or, when bench/compare-llama-cpp.sh has
+# already built that llama.cpp commit, its Python package over those libraries. llama.cpp runs
+# with flash attention, the attention path toy's inference follows. Not part of CI.
 #
 # Environment: THREADS (2), STEPS_TINY (300), STEPS_SMALL (40), LLAMA_STEPS (300),
 # SKIP_LLAMA_CPP (0), TORCH_VERSION (2.15.0). Results: target/bench-pytorch/*.json.
@@ -93,13 +95,23 @@ done
 
 # --- llama.cpp -------------------------------------------------------------------------
 if [ "$SKIP_LLAMA_CPP" != 1 ]; then
+    src="$root/target/llama-cpp/src/llama_cpp_python-$LLAMA_CPP_PY"
+    prebuilt="$root/target/llama-cpp/build-gcc/bin"
+    "$py" -c "import diskcache" 2>/dev/null || "$py" -m pip install -q diskcache
     if ! "$py" -c "import llama_cpp" 2>/dev/null; then
-        sdist="$root/target/llama-cpp/src/llama_cpp_python-$LLAMA_CPP_PY.tar.gz"
-        [ -f "$sdist" ] || sdist="llama-cpp-python==$LLAMA_CPP_PY"
-        log "building llama-cpp-python $LLAMA_CPP_PY from source (minutes; log: $work/logs/llama-cpp-python.log)"
-        CMAKE_BUILD_PARALLEL_LEVEL=$THREADS CMAKE_ARGS="-DLLAMA_CURL=OFF" \
-            "$py" -m pip install -v --no-binary llama-cpp-python "$sdist" \
-            >"$work/logs/llama-cpp-python.log" 2>&1 || die "llama-cpp-python build failed"
+        if [ -f "$prebuilt/libllama.so" ] && [ -d "$src/llama_cpp" ]; then
+            # bench/compare-llama-cpp.sh already built this llama.cpp (the commit vendored in
+            # llama-cpp-python $LLAMA_CPP_PY): its Python package over those libraries.
+            log "llama-cpp-python $LLAMA_CPP_PY from $src over the libraries in $prebuilt"
+            export PYTHONPATH="$src${PYTHONPATH:+:$PYTHONPATH}" LLAMA_CPP_LIB_PATH="$prebuilt"
+        else
+            sdist="$root/target/llama-cpp/src/llama_cpp_python-$LLAMA_CPP_PY.tar.gz"
+            [ -f "$sdist" ] || sdist="llama-cpp-python==$LLAMA_CPP_PY"
+            log "building llama-cpp-python $LLAMA_CPP_PY from source (minutes; log: $work/logs/llama-cpp-python.log)"
+            CMAKE_BUILD_PARALLEL_LEVEL=$THREADS CMAKE_ARGS="-DLLAMA_CURL=OFF" \
+                "$py" -m pip install -v --no-binary llama-cpp-python "$sdist" \
+                >"$work/logs/llama-cpp-python.log" 2>&1 || die "llama-cpp-python build failed"
+        fi
     fi
     data=$(data_for 627)
     for arch in llama gpt2; do

@@ -225,7 +225,7 @@ def main():
         def chat_streams():
             b.set_value("#temperature", "0")
             b.set_value("#max-tokens", "48")
-            b.type_into("#chat-input", "Name three colors of the rainbow.")
+            b.type_into("#chat-input", "Write a short poem about the sea.")
             b.click("#send")
             sizes = []
 

@@ -29,7 +29,10 @@ def main():
     ap.add_argument("--tol", type=float, default=1e-3)
     args = ap.parse_args()
 
-    llm = Llama(model_path=args.gguf, logits_all=True, n_ctx=0, n_threads=2, verbose=False)
+    # Flash attention: toy computes attention as ggml's flash-attention CPU path does (f16
+    # queries and value accumulation), which is what llama.cpp runs by default where it can.
+    llm = Llama(model_path=args.gguf, logits_all=True, n_ctx=0, n_threads=2, verbose=False,
+                flash_attn=True)
     n_ctx, n_vocab = llm.n_ctx(), llm.n_vocab()
     ll_ids = llm.tokenize(args.text.encode(), add_bos=False, special=False)
     toy_tok = json.loads(subprocess.check_output(

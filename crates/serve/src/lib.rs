@@ -7,6 +7,17 @@
 //! `GET /health`, `GET /metrics`, `GET /` (the page), `GET /api/runs`,
 //! `GET /api/runs/{id}/events`.
 //!
+//! Engine (see `engine/`): handlers parse and check a request, tokenize it and send it over
+//! a channel; one OS thread runs every forward pass inside a rayon pool of its own. Each
+//! model has `--parallel` slots, each with its own KV cache and the tokens in it. Every
+//! engine step admits waiting sequences into free slots (the slot sharing the longest
+//! prefix with the prompt, whose cache is kept), copies prefixes other slots already hold,
+//! prefills one chunk of one prompt, and decodes one token for every running sequence in
+//! one `Model::forward_multi` pass. A client that goes away closes its event channel and
+//! its slot is freed at the next step. Prefill chunks stay under 64 tokens, where the
+//! model's output does not depend on how a prompt was split, so greedy output is the same
+//! alone, batched, or after prefix reuse.
+//!
 //! Request policy:
 //! - Errors always have OpenAI's shape `{"error": {"message", "type", "param", "code"}}`;
 //!   a field of the wrong type or out of range is a 400 whose `param` names it.

@@ -42,6 +42,17 @@ fn tokens(n: usize, vocab: usize, seed: u64) -> Vec<u32> {
         .collect()
 }
 
+/// CPU time of all this process's threads so far (ns), from /proc (Linux; 0 elsewhere):
+/// unlike wall time, it is not inflated when other processes take the cores.
+fn cpu_ns() -> u64 {
+    let Ok(dir) = std::fs::read_dir("/proc/self/task") else {
+        return 0;
+    };
+    dir.filter_map(|e| std::fs::read_to_string(e.ok()?.path().join("schedstat")).ok())
+        .filter_map(|s| s.split_whitespace().next()?.parse::<u64>().ok())
+        .sum()
+}
+
 fn bench(name: &str, arch: TrainArch, steps: usize) {
     let (cfg, b) = config(name, arch);
     let t = cfg.ctx;
@@ -51,7 +62,11 @@ fn bench(name: &str, arch: TrainArch, steps: usize) {
     let warmup = (steps / 5).max(2);
     let mut times = Vec::with_capacity(steps);
     let mut loss = 0.0;
+    let mut cpu0 = 0;
     for s in 0..warmup + steps {
+        if s == warmup {
+            cpu0 = cpu_ns();
+        }
         let x = tokens(b * t, cfg.vocab, 2 * s as u64 + 1);
         let y = tokens(b * t, cfg.vocab, 2 * s as u64 + 2);
         let t0 = Instant::now();
@@ -63,10 +78,11 @@ fn bench(name: &str, arch: TrainArch, steps: usize) {
             times.push(t0.elapsed().as_secs_f64());
         }
     }
+    let cpu_ms = (cpu_ns() - cpu0) as f64 / 1e6 / steps as f64;
     times.sort_by(|a, b| a.total_cmp(b));
     let med = times[times.len() / 2];
     println!(
-        "{name:5} {:5} params {:>9}  {:>5} tok/step  median {:7.2} ms/step  {:>9.0} tok/s  (best {:.0}, loss {loss:.3}, {} threads)",
+        "{name:5} {:5} params {:>9}  {:>5} tok/step  median {:7.2} ms/step  {:>9.0} tok/s  (best {:.0}, loss {loss:.3}, {} threads, {cpu_ms:.2} CPU-ms/step)",
         arch.name(),
         m.params.len(),
         b * t,

@@ -7,7 +7,6 @@ use crate::engine::{EmbedJob, Job};
 use crate::error::ApiError;
 use crate::AppState;
 use axum::extract::State;
-use axum::http::StatusCode;
 use axum::Json;
 use base64::Engine as _;
 use serde_json::{json, Value};
@@ -19,6 +18,7 @@ pub async fn embeddings(
     State(state): State<AppState>,
     JsonBody(f): JsonBody,
 ) -> Result<Json<Value>, ApiError> {
+    let started = std::time::Instant::now();
     let base64 = match f.str("encoding_format")? {
         None | Some("float") => false,
         Some("base64") => true,
@@ -124,20 +124,19 @@ pub async fn embeddings(
         inputs,
         reply: tx,
     };
-    state.engine.submit(Job::Embed(job)).map_err(|_| {
-        ApiError::new(
-            StatusCode::SERVICE_UNAVAILABLE,
-            "server_error",
-            "the engine stopped",
-        )
-    })?;
+    state
+        .engine
+        .submit(Job::Embed(job))
+        .map_err(|e| e.api_error(state.cfg.queue))?;
     let vectors = rx
         .await
         .map_err(|_| ApiError::internal("the engine dropped the request"))?
         .map_err(ApiError::internal)?;
+    let ms = started.elapsed().as_secs_f64() * 1e3;
     state.telemetry.write(json!({
         "type": "request", "route": "/v1/embeddings", "model": model.id,
-        "prompt_tokens": tokens, "completion_tokens": 0, "status": 200, "stream": false,
+        "prompt_tokens": tokens, "completion_tokens": 0, "cached_tokens": 0,
+        "ttft_ms": null, "total_ms": (ms * 100.0).round() / 100.0, "status": 200, "stream": false,
     }));
     let data: Vec<Value> = vectors
         .into_iter()

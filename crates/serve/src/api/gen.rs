@@ -10,7 +10,6 @@ use crate::error::ApiError;
 use crate::models::{unix_now, LoadedModel};
 use crate::telemetry::Telemetry;
 use crate::AppState;
-use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use axum::Json;
 use serde_json::{json, Value};
@@ -149,17 +148,10 @@ pub async fn run(state: &AppState, req: GenRequest, route: &str) -> Result<Respo
         events: tx,
         enqueued: Instant::now(),
     };
-    state.engine.submit(Job::Gen(job)).map_err(|_| {
-        ApiError::new(
-            StatusCode::TOO_MANY_REQUESTS,
-            "rate_limit_error",
-            format!(
-                "the server is busy: {} sequences are already waiting for a slot; retry later",
-                state.cfg.queue
-            ),
-        )
-        .code("queue_full")
-    })?;
+    state
+        .engine
+        .submit(Job::Gen(job))
+        .map_err(|e| e.api_error(state.cfg.queue))?;
     let mut log = RequestLog::new(
         state.telemetry.clone(),
         route,

@@ -301,11 +301,16 @@ impl Group {
 
     /// A model error ends every running sequence with it (the slots start over).
     fn fail_all(&mut self, e: &ModelError, done: &mut Vec<SeqDone>) {
+        self.abort(&format!("model error: {e}"), done);
+    }
+
+    /// End every running sequence with an error and empty the caches.
+    pub fn abort(&mut self, message: &str, done: &mut Vec<SeqDone>) {
         for slot in &mut self.slots {
             if let Some(mut seq) = slot.seq.take() {
                 let _ = seq.job.events.send(Event::Error {
                     index: seq.index,
-                    message: format!("model error: {e}"),
+                    message: message.to_string(),
                 });
                 done.push(seq.finish(FinishReason::Error));
             }

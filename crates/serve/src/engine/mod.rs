@@ -11,8 +11,10 @@ pub mod text;
 
 pub use logprob::TokenLogprob;
 
+use crate::error::ApiError;
 use crate::metrics::Metrics;
 use crate::models::{LoadedModel, Registry};
+use axum::http::StatusCode;
 use group::Group;
 use seq::Seq;
 use std::collections::{HashMap, VecDeque};
@@ -132,12 +134,34 @@ pub struct EngineHandle {
     max_queue: usize,
 }
 
-/// The queue is full (429).
-pub struct QueueFull;
+/// Why a job was not queued.
+#[derive(Debug, PartialEq, Eq)]
+pub enum SubmitError {
+    /// Too many sequences wait for a slot (429).
+    QueueFull,
+    /// The engine thread is gone (503).
+    Stopped,
+}
+
+impl SubmitError {
+    pub fn api_error(&self, max_queue: usize) -> ApiError {
+        match self {
+            SubmitError::QueueFull => ApiError::new(
+                StatusCode::TOO_MANY_REQUESTS,
+                "rate_limit_error",
+                format!(
+                    "the server is busy: {max_queue} sequences are already waiting for a slot; retry later"
+                ),
+            )
+            .code("queue_full"),
+            SubmitError::Stopped => ApiError::unavailable("the engine has stopped"),
+        }
+    }
+}
 
 impl EngineHandle {
     /// Queue a job; a generation job whose sequences would overfill the queue is refused.
-    pub fn submit(&self, job: Job) -> Result<(), QueueFull> {
+    pub fn submit(&self, job: Job) -> Result<(), SubmitError> {
         let n = match &job {
             Job::Gen(g) => g.prompts.len(),
             Job::Embed(_) => 0,
@@ -146,7 +170,7 @@ impl EngineHandle {
         let mut cur = q.load(Ordering::SeqCst);
         loop {
             if n > 0 && cur + n > self.max_queue {
-                return Err(QueueFull);
+                return Err(SubmitError::QueueFull);
             }
             match q.compare_exchange(cur, cur + n, Ordering::SeqCst, Ordering::SeqCst) {
                 Ok(_) => break,
@@ -155,7 +179,7 @@ impl EngineHandle {
         }
         self.tx.send(job).map_err(|_| {
             q.fetch_sub(n, Ordering::SeqCst);
-            QueueFull
+            SubmitError::Stopped
         })
     }
 }
@@ -238,9 +262,14 @@ impl Engine {
             for g in self.groups.values_mut() {
                 finished.extend(g.drop_cancelled());
                 if g.active() > 0 {
-                    let (done, n) = g.step();
-                    finished.extend(done);
-                    decoded += n;
+                    // a bug in a step fails that step's requests, not the server
+                    match std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| g.step())) {
+                        Ok((done, n)) => {
+                            finished.extend(done);
+                            decoded += n;
+                        }
+                        Err(_) => g.abort("internal error in the engine step", &mut finished),
+                    }
                 }
             }
             for d in &finished {
@@ -261,7 +290,11 @@ impl Engine {
     fn take(&mut self, job: Job) {
         match job {
             Job::Embed(e) => {
-                let out = embed(&e.model, &e.inputs, self.opts.prefill_chunk);
+                let chunk = self.opts.prefill_chunk;
+                let out = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                    embed(&e.model, &e.inputs, chunk)
+                }))
+                .unwrap_or_else(|_| Err("internal error computing embeddings".into()));
                 let _ = e.reply.send(out);
             }
             Job::Gen(g) => {

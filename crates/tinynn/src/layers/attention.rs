@@ -8,7 +8,7 @@
 //! out (N, H*D), lse (B, H, T).
 
 use super::attention_tiles::{head_backward, head_forward, HeadJob};
-use super::SendPtr;
+use super::{in_serial, SendPtr};
 use rayon::prelude::*;
 
 /// Largest head size accepted.
@@ -24,7 +24,7 @@ pub struct Attention {
 impl Attention {
     pub fn new(n_head: usize, n_kv_head: usize, head_dim: usize) -> Self {
         assert!(
-            n_kv_head > 0 && n_head % n_kv_head == 0,
+            n_kv_head > 0 && n_head.is_multiple_of(n_kv_head),
             "{n_kv_head} kv heads must divide {n_head} heads"
         );
         assert!(
@@ -64,16 +64,21 @@ impl Attention {
         let (s, hd, nh) = (self.qkv_width(), self.n_head * self.head_dim, self.n_head);
         assert!(qkv.len() >= b * t * s && out.len() >= b * t * hd && lse.len() >= b * nh * t);
         let out_ptr = SendPtr(out.as_mut_ptr());
-        lse[..b * nh * t]
-            .par_chunks_mut(t)
-            .enumerate()
-            .for_each(|(bh, lse)| {
-                let (bi, h) = (bh / nh, bh % nh);
-                let seq = &qkv[bi * t * s..(bi + 1) * t * s];
-                // SAFETY: the sequence's output rows start here and stay inside out (checked above).
-                let o = SendPtr(unsafe { out_ptr.get().add(bi * t * hd) });
-                head_forward(seq, self.job(h, t), o, lse);
-            });
+        let task = |(bh, lse): (usize, &mut [f32])| {
+            let (bi, h) = (bh / nh, bh % nh);
+            let seq = &qkv[bi * t * s..(bi + 1) * t * s];
+            // SAFETY: the sequence's output rows start here and stay inside out (checked above).
+            let o = SendPtr(unsafe { out_ptr.get().add(bi * t * hd) });
+            head_forward(seq, self.job(h, t), o, lse);
+        };
+        if in_serial() {
+            lse[..b * nh * t].chunks_mut(t).enumerate().for_each(task);
+        } else {
+            lse[..b * nh * t]
+                .par_chunks_mut(t)
+                .enumerate()
+                .for_each(task);
+        }
     }
 
     /// From dout (B*T, H*D): dqkv (B*T, S) is overwritten with the gradient of qkv.
@@ -99,7 +104,7 @@ impl Attention {
         assert!(dqkv.len() >= b * t * s && dout.len() >= b * t * hd && lse.len() >= b * nh * t);
         let rep = nh / nkv;
         let ptr = SendPtr(dqkv.as_mut_ptr());
-        (0..b * nkv).into_par_iter().for_each(|bg| {
+        let task = |bg: usize| {
             let (bi, g) = (bg / nkv, bg % nkv);
             // SAFETY: the sequence's rows of dqkv start here; this task touches only its kv
             // head's k/v columns and its query heads' q columns.
@@ -123,7 +128,12 @@ impl Attention {
                     seq,
                 );
             }
-        });
+        };
+        if in_serial() {
+            (0..b * nkv).for_each(task);
+        } else {
+            (0..b * nkv).into_par_iter().for_each(task);
+        }
     }
 }
 

@@ -46,15 +46,15 @@ fn with_scratch<R>(len: usize, f: impl FnOnce(&mut [f32]) -> R) -> R {
 
 multiversion! {
     /// Rows of scores (qb, nk) -> causal softmax probabilities in place; row i sees keys
-    /// 0..=i0+i. Writes each row's log-sum-exp.
+    /// 0..=i0+i. Writes each row's log-sum-exp. Whole rows with the masked part at -inf (exp
+    /// gives exactly 0 there), so every loop runs over full vectors.
     fn softmax_rows(s: &mut [f32], nk: usize, i0: usize, lse: &mut [f32]) {
         for (i, (row, l)) in s.chunks_exact_mut(nk).zip(lse.iter_mut()).enumerate() {
-            let (seen, masked) = row.split_at_mut(i0 + i + 1);
-            let m = max16(seen);
-            let sum = exp_sum16(seen, m);
+            row[i0 + i + 1..].fill(f32::NEG_INFINITY);
+            let m = max16(row);
+            let sum = exp_sum16(row, m);
             let inv = 1.0 / sum;
-            seen.iter_mut().for_each(|v| *v *= inv);
-            masked.fill(0.0);
+            row.iter_mut().for_each(|v| *v *= inv);
             *l = m + sum.ln();
         }
     }
@@ -65,15 +65,13 @@ multiversion! {
     /// in `dp`, with D_i = dO_i . O_i.
     fn grad_rows(s: &mut [f32], dp: &mut [f32], nk: usize, i0: usize, lse: &[f32], di: &[f32]) {
         for (i, (row, drow)) in s.chunks_exact_mut(nk).zip(dp.chunks_exact_mut(nk)).enumerate() {
-            let lim = i0 + i + 1;
-            let l = lse[i];
-            for j in 0..lim {
-                let p = exp_approx(row[j] - l);
-                row[j] = p;
-                drow[j] = p * (drow[j] - di[i]);
+            row[i0 + i + 1..].fill(f32::NEG_INFINITY);
+            let (l, d) = (lse[i], di[i]);
+            for (x, g) in row.iter_mut().zip(drow.iter_mut()) {
+                let p = exp_approx(*x - l);
+                *x = p;
+                *g = p * (*g - d);
             }
-            row[lim..].fill(0.0);
-            drow[lim..].fill(0.0);
         }
     }
 }

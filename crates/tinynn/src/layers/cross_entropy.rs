@@ -4,7 +4,7 @@
 //! Shapes: logits (N, V), targets (N), losses (N).
 
 use super::act::{exp_approx, exp_sum16, max16};
-use super::multiversion;
+use super::{in_serial, multiversion};
 use rayon::prelude::*;
 
 multiversion! {
@@ -52,7 +52,11 @@ pub fn cross_entropy(
             "target {t} is outside the vocabulary of {v}"
         );
     }
-    let rows = (32768 / v).max(1);
+    let rows = if in_serial() {
+        n.max(1)
+    } else {
+        (32768 / v).max(1)
+    };
     logits
         .par_chunks_mut(rows * v)
         .zip(losses[..n].par_chunks_mut(rows))

@@ -11,22 +11,8 @@ pub(crate) use gemm::Parallelism;
 /// fork/join costs more than it saves.
 const PAR_MIN_FLOPS: usize = 1 << 23;
 
-thread_local! {
-    static SERIAL: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
-}
-
-/// Run `f` with every product on this thread kept to one thread: for callers that already
-/// run independent work on each thread (a model's batch shards). The `gemm` crate splits only
-/// rows and columns among threads, so this changes no result bits, only the scheduling.
-pub fn with_serial_products<R>(f: impl FnOnce() -> R) -> R {
-    let old = SERIAL.with(|s| s.replace(true));
-    let r = f();
-    SERIAL.with(|s| s.set(old));
-    r
-}
-
 fn parallelism(m: usize, n: usize, k: usize) -> Parallelism {
-    if m * n * k >= PAR_MIN_FLOPS && rayon::current_num_threads() > 1 && !SERIAL.with(|s| s.get()) {
+    if m * n * k >= PAR_MIN_FLOPS && rayon::current_num_threads() > 1 && !super::in_serial() {
         Parallelism::Rayon(0)
     } else {
         Parallelism::None
@@ -256,7 +242,11 @@ mod tests {
     fn products_are_the_same_bits_on_any_thread_count() {
         // big enough to be split among threads; gemm must not split the sums
         let (n, k, m) = (512, 300, 600);
-        let (x, w, dy) = (test_data(n * k, 5), test_data(m * k, 6), test_data(n * m, 7));
+        let (x, w, dy) = (
+            test_data(n * k, 5),
+            test_data(m * k, 6),
+            test_data(n * m, 7),
+        );
         let run = || {
             let (mut y, mut dx, mut dw) = (vec![0f32; n * m], vec![0f32; n * k], vec![0f32; m * k]);
             matmul_xwt(&mut y, &x, &w, n, k, m, false);
@@ -264,9 +254,14 @@ mod tests {
             matmul_dytx(&mut dw, &dy, &x, n, k, m);
             (y, dx, dw)
         };
-        let pool = |t| rayon::ThreadPoolBuilder::new().num_threads(t).build().unwrap();
+        let pool = |t| {
+            rayon::ThreadPoolBuilder::new()
+                .num_threads(t)
+                .build()
+                .unwrap()
+        };
         let one = pool(1).install(run);
         assert!(pool(2).install(run) == one && pool(3).install(run) == one);
-        assert!(pool(2).install(|| with_serial_products(run)) == one);
+        assert!(pool(2).install(|| super::super::serial(run)) == one);
     }
 }

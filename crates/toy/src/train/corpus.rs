@@ -272,7 +272,11 @@ mod tests {
         let html = "<html><nav>menu</nav><main><h2 id=\"x\">Hello</h2>\n<p>Text &amp; more</p>\
                     <!-- hidden -->\n\n\n<pre><code>fn main() {\n    let v: Vec&lt;i32&gt; = vec![];\n}\n</code></pre></main></html>";
         let t = html_to_text(html);
-        assert!(!t.contains("menu") && !t.contains("hidden") && !t.contains('<'));
+        assert!(!t.contains("menu") && !t.contains("hidden"), "{t}");
+        assert!(
+            !t.contains("<p>") && !t.contains("<code>") && !t.contains("<h2"),
+            "{t}"
+        );
         assert!(t.contains("Text & more"), "{t}");
         assert!(t.contains("    let v: Vec<i32> = vec![];"), "{t}");
         assert!(!t.contains("\n\n\n"));

@@ -9,7 +9,7 @@ use super::params::ParamInfo;
 use super::shard::{Net, Shard};
 use super::{ModelConfig, TrainArch, TrainError};
 use std::ops::Range;
-use tinynn::layers::matmul::with_serial_products;
+use tinynn::layers::serial;
 
 /// A batch of two or more sequences is split in two shards that run forward and backward at
 /// the same time, each on its own thread with its own gradient buffer, summed after: one
@@ -124,6 +124,37 @@ impl TrainModel {
         self.grads.fill(0.0);
     }
 
+    /// Checks a batch before `forward_backward` / `forward_loss` (which panic on what this
+    /// rejects): B <= batch sequences of T <= ctx tokens, every token inside the vocabulary.
+    pub fn check_batch(
+        &self,
+        inputs: &[u32],
+        targets: &[u32],
+        b: usize,
+        t: usize,
+    ) -> Result<(), TrainError> {
+        let (bmax, ctx, v) = (self.batch, self.cfg.ctx, self.cfg.vocab);
+        if b == 0 || b > bmax || t == 0 || t > ctx {
+            return Err(TrainError::Batch(format!(
+                "{b} sequences of {t} tokens, expected 1..={bmax} of 1..={ctx}"
+            )));
+        }
+        for (what, toks) in [("inputs", inputs), ("targets", targets)] {
+            if toks.len() != b * t {
+                return Err(TrainError::Batch(format!(
+                    "{} {what} for {b} sequences of {t}",
+                    toks.len()
+                )));
+            }
+            if let Some(bad) = toks.iter().find(|&&id| id as usize >= v) {
+                return Err(TrainError::Batch(format!(
+                    "token {bad} in {what} is outside the vocabulary of {v}"
+                )));
+            }
+        }
+        Ok(())
+    }
+
     fn check_shape(&self, tokens: usize, b: usize, t: usize) {
         assert!(
             b >= 1 && b <= self.batch && t >= 1 && t <= self.cfg.ctx && tokens == b * t,
@@ -162,16 +193,8 @@ impl TrainModel {
                 let g1 = grad.then_some(&mut self.grads[..]);
                 let g2 = grad.then_some(&mut self.grads2[..]);
                 let (l0, l1) = rayon::join(
-                    || {
-                        with_serial_products(|| {
-                            one(&mut first[0], g1, &inputs[..n0], &targets[..n0], b0)
-                        })
-                    },
-                    || {
-                        with_serial_products(|| {
-                            one(second, g2, &inputs[n0..], &targets[n0..], b - b0)
-                        })
-                    },
+                    || serial(|| one(&mut first[0], g1, &inputs[..n0], &targets[..n0], b0)),
+                    || serial(|| one(second, g2, &inputs[n0..], &targets[n0..], b - b0)),
                 );
                 if grad {
                     add_and_clear(&mut self.grads, &mut self.grads2);
@@ -228,7 +251,7 @@ impl TrainModel {
         sh.logits_last(&self.net, &self.params, t)
     }
 
-    /// Whether this is a gpt2 model (learned positions, biases).
+    /// The model family.
     pub fn arch(&self) -> TrainArch {
         self.cfg.arch
     }

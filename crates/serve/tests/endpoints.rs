@@ -1,0 +1,174 @@
+//! The endpoints besides generation, through a real HTTP client on the real SmolLM2 model:
+//! embeddings, tokenize / detokenize, the model list, health, metrics, the page and the
+//! runs API.
+
+mod common;
+
+use common::*;
+use serde_json::json;
+
+#[tokio::test]
+async fn embeddings_are_normalised_in_float_and_base64() {
+    let s = shared();
+    let (st, f) = post(
+        s,
+        "/v1/embeddings",
+        &json!({"input": ["hello world", "a cat"]}),
+    )
+    .await;
+    assert_eq!(st, 200, "{f}");
+    assert_eq!(f["object"], "list");
+    let data = f["data"].as_array().unwrap();
+    assert_eq!(data.len(), 2);
+    let v0: Vec<f64> = data[0]["embedding"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|x| x.as_f64().unwrap())
+        .collect();
+    assert_eq!(v0.len(), 576, "SmolLM2-135M width");
+    let norm: f64 = v0.iter().map(|x| x * x).sum::<f64>().sqrt();
+    assert!((norm - 1.0).abs() < 1e-4, "norm {norm}");
+    let v1: Vec<f64> = data[1]["embedding"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|x| x.as_f64().unwrap())
+        .collect();
+    assert_ne!(v0, v1);
+    assert!(f["usage"]["prompt_tokens"].as_u64().unwrap() >= 4);
+    let (_, b) = post(
+        s,
+        "/v1/embeddings",
+        &json!({"input": "hello world", "encoding_format": "base64"}),
+    )
+    .await;
+    let b64 = b["data"][0]["embedding"].as_str().unwrap();
+    use base64::Engine as _;
+    let bytes = base64::engine::general_purpose::STANDARD
+        .decode(b64)
+        .unwrap();
+    let back: Vec<f32> = bytes
+        .chunks_exact(4)
+        .map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]]))
+        .collect();
+    let v0_f32: Vec<f32> = v0.iter().map(|&x| x as f32).collect();
+    assert_eq!(
+        back, v0_f32,
+        "base64 holds the same little-endian f32 values"
+    );
+    let (st, e) = post(
+        s,
+        "/v1/embeddings",
+        &json!({"input": "x", "encoding_format": "hex"}),
+    )
+    .await;
+    assert_eq!(
+        (st, e["error"]["param"].as_str()),
+        (400, Some("encoding_format"))
+    );
+}
+
+#[tokio::test]
+async fn tokenize_and_detokenize_round_trip() {
+    let s = shared();
+    let (st, t) = post(s, "/tokenize", &json!({"content": "Hello, world! 🦀"})).await;
+    assert_eq!(st, 200, "{t}");
+    let ids = t["tokens"].clone();
+    assert!(ids.as_array().unwrap().len() >= 4);
+    let (_, d) = post(s, "/detokenize", &json!({"tokens": ids})).await;
+    assert_eq!(d["content"], "Hello, world! 🦀");
+    let (_, p) = post(
+        s,
+        "/tokenize",
+        &json!({"content": "Hello", "with_pieces": true}),
+    )
+    .await;
+    assert_eq!(p["tokens"][0]["piece"], "Hello");
+    let (st, e) = post(s, "/detokenize", &json!({"tokens": [99999999]})).await;
+    assert_eq!((st, e["error"]["param"].as_str()), (400, Some("tokens")));
+}
+
+#[tokio::test]
+async fn models_health_metrics_page_and_runs() {
+    let s = shared();
+    let (st, m) = get(s, "/v1/models").await;
+    assert_eq!(st, 200);
+    assert_eq!(m["object"], "list");
+    let first = &m["data"][0];
+    assert_eq!(first["id"], "SmolLM2-135M-Instruct.Q4_1");
+    assert_eq!(first["object"], "model");
+    assert_eq!(first["owned_by"], "toy");
+    assert!(first["loaded"].is_boolean());
+    let (st, one) = get(s, "/v1/models/SmolLM2-135M-Instruct.Q4_1").await;
+    assert_eq!((st, &one["id"]), (200, &first["id"]));
+    let (st, e) = get(s, "/v1/models/nope").await;
+    assert_eq!(
+        (st, e["error"]["code"].as_str()),
+        (404, Some("model_not_found"))
+    );
+
+    // one generation, so every counter has something
+    let (st, _) = post(s, "/v1/chat/completions", &chat("Hi", 2)).await;
+    assert_eq!(st, 200);
+    let (st, h) = get(s, "/health").await;
+    assert_eq!((st, h["status"].as_str()), (200, Some("ok")));
+    let (st, text) = get_text(s, "/metrics").await;
+    assert_eq!(st, 200);
+    for name in [
+        "toy_requests_total{route=\"/v1/chat/completions\",status=\"200\"}",
+        "toy_prompt_tokens_total",
+        "toy_completion_tokens_total",
+        "toy_queue_depth",
+        "toy_tokens_per_second",
+        "toy_time_to_first_token_seconds_bucket{le=\"+Inf\"}",
+        "toy_time_to_first_token_seconds_count",
+    ] {
+        assert!(text.contains(name), "{name} missing from:\n{text}");
+    }
+    assert!(metric(s, "toy_completion_tokens_total").await >= 1.0);
+
+    let (st, page) = get_text(s, "/").await;
+    assert_eq!(st, 200);
+    assert!(page.to_lowercase().contains("<html"), "the page");
+
+    let (st, runs) = get(s, "/api/runs").await;
+    assert_eq!(st, 200, "{runs}");
+    let list = runs["runs"].as_array().unwrap();
+    let serve = list
+        .iter()
+        .find(|r| r["kind"] == "serve")
+        .expect("this server's run is listed");
+    let id = serve["id"].as_str().unwrap();
+    let (st, ev) = get(s, &format!("/api/runs/{id}/events")).await;
+    assert_eq!(st, 200, "{ev}");
+    let events = ev["events"].as_array().unwrap();
+    assert_eq!(events[0]["type"], "serve_start");
+    let req = events
+        .iter()
+        .find(|e| {
+            e["type"] == "request" && e["route"] == "/v1/chat/completions" && e["status"] == 200
+        })
+        .expect("a request line");
+    for key in [
+        "model",
+        "prompt_tokens",
+        "completion_tokens",
+        "cached_tokens",
+        "total_ms",
+        "stream",
+    ] {
+        assert!(req.get(key).is_some(), "{key} in {req}");
+    }
+    assert!(
+        req.get("prompt").is_none(),
+        "no prompt text without --log-prompts"
+    );
+    let next = ev["next"].as_u64().unwrap();
+    let (_, later) = get(s, &format!("/api/runs/{id}/events?from={next}")).await;
+    assert!(later["next"].as_u64().unwrap() >= next);
+    let (st, e) = get(s, "/api/runs/..%2F..%2Fetc/events").await;
+    assert_eq!(st, 400, "{e}");
+    let (st, _) = get(s, "/api/runs/no-such-run/events").await;
+    assert_eq!(st, 404);
+}
