@@ -3,17 +3,17 @@
 //! 2016) as ggml and GPT-2 use it. Both run on a vectorisable exp (`exp_approx`).
 //! Shapes: gate/up interleaved per row as gu (N, 2F) = [gate (F) | up (F)], activations (N, F).
 
-use super::{multiversion, rows_per_task};
+use super::{in_serial, multiversion, rows_per_task};
 use rayon::prelude::*;
 
-/// exp(x) for x clamped to [-87, 88]: Cody-Waite reduction x = n ln2 + b, a degree-5
+/// exp(x) for x clamped to [-87, 88] (0 below -87): Cody-Waite reduction x = n ln2 + b, a degree-5
 /// polynomial for e^b and 2^n put straight into the exponent bits (the coefficients of ARM's
 /// optimized-routines expf that ggml's `ggml_v_expf` uses; max error ~1.5 ulp). Branch-free
 /// so loops over it vectorise.
 #[inline(always)]
-pub fn exp_approx(x: f32) -> f32 {
+pub fn exp_approx(x_in: f32) -> f32 {
     const SHIFT: f32 = 12_582_912.0; // 1.5 * 2^23: adding it rounds to an integer in the low bits
-    let x = x.clamp(-87.0, 88.0);
+    let x = x_in.clamp(-87.0, 88.0);
     let z = x * f32::from_bits(0x3FB8_AA3B) + SHIFT; // x / ln 2
     let n = z - SHIFT;
     let b = x - n * f32::from_bits(0x3F31_7200) - n * f32::from_bits(0x35BF_BE8E);
@@ -22,7 +22,56 @@ pub fn exp_approx(x: f32) -> f32 {
     let p = ((c(0x3C07_2010) * b + c(0x3D2B_9F17)) * u + (c(0x3E2A_AF33) * b + c(0x3EFF_FEDB))) * u
         + (c(0x3F7F_FFF6) * b + 1.0);
     let ni = (z.to_bits() as i32).wrapping_sub(SHIFT.to_bits() as i32);
-    p * f32::from_bits(((ni + 127) << 23) as u32)
+    let r = p * f32::from_bits(((ni + 127) << 23) as u32);
+    // exactly 0 below the range (so masked scores at -inf drop out); NaN stays NaN
+    if x_in < -87.0 {
+        0.0
+    } else {
+        r
+    }
+}
+
+/// Largest element (NEG_INFINITY for none), over 16 independent lanes so that it vectorises.
+#[inline(always)]
+pub(crate) fn max16(x: &[f32]) -> f32 {
+    let mut acc = [f32::NEG_INFINITY; 16];
+    let c = x.chunks_exact(16);
+    let mut m = c
+        .remainder()
+        .iter()
+        .fold(f32::NEG_INFINITY, |a, v| a.max(*v));
+    for ch in c {
+        for i in 0..16 {
+            acc[i] = acc[i].max(ch[i]);
+        }
+    }
+    for a in acc {
+        m = m.max(a);
+    }
+    m
+}
+
+/// `x = exp(x - m)` in place; returns the sum, over 16 lanes in a fixed order.
+#[inline(always)]
+pub(crate) fn exp_sum16(x: &mut [f32], m: f32) -> f32 {
+    let mut acc = [0f32; 16];
+    let mut c = x.chunks_exact_mut(16);
+    for ch in &mut c {
+        for i in 0..16 {
+            let e = exp_approx(ch[i] - m);
+            ch[i] = e;
+            acc[i] += e;
+        }
+    }
+    let mut s = 0f32;
+    for v in c.into_remainder() {
+        *v = exp_approx(*v - m);
+        s += *v;
+    }
+    for i in 0..8 {
+        acc[i] += acc[i + 8];
+    }
+    s + ((acc[0] + acc[4]) + (acc[1] + acc[5])) + ((acc[2] + acc[6]) + (acc[3] + acc[7]))
 }
 
 const SQRT_2_OVER_PI: f32 = 0.797_884_6;
@@ -107,7 +156,7 @@ pub fn swiglu_backward(da: &[f32], gu: &[f32], dgu: &mut [f32], n: usize, f: usi
 /// `y = gelu(x)`, elementwise.
 pub fn gelu_forward(x: &[f32], y: &mut [f32]) {
     const CHUNK: usize = 16384;
-    if x.len() <= CHUNK {
+    if x.len() <= CHUNK || in_serial() {
         return gelu_fwd(x, y);
     }
     y.par_chunks_mut(CHUNK)
@@ -118,7 +167,7 @@ pub fn gelu_forward(x: &[f32], y: &mut [f32]) {
 /// `dx = dy * gelu'(x)`, overwriting dx.
 pub fn gelu_backward(dy: &[f32], x: &[f32], dx: &mut [f32]) {
     const CHUNK: usize = 16384;
-    if x.len() <= CHUNK {
+    if x.len() <= CHUNK || in_serial() {
         return gelu_bwd(dy, x, dx);
     }
     dx.par_chunks_mut(CHUNK)
@@ -142,7 +191,8 @@ mod tests {
                 "exp({x}) = {got}, want {want}"
             );
         }
-        assert!(exp_approx(-1000.0) < 1e-37 && exp_approx(f32::NEG_INFINITY) < 1e-37);
+        assert!(exp_approx(-1000.0) == 0.0 && exp_approx(f32::NEG_INFINITY) == 0.0);
+        assert!(exp_approx(f32::NAN).is_nan() && exp_approx(100.0) > 1e38);
     }
 
     #[test]

@@ -3,47 +3,33 @@
 //! `(softmax(z) - onehot(target)) * scale`, so the probabilities are never stored apart.
 //! Shapes: logits (N, V), targets (N), losses (N).
 
-use super::act::exp_approx;
-use super::multiversion;
+use super::act::{exp_approx, exp_sum16, max16};
+use super::{in_serial, multiversion};
 use rayon::prelude::*;
 
 multiversion! {
     /// Loss of one row; overwrites the row with its gradient times `scale` when `grad`.
     fn row_loss(z: &mut [f32], target: usize, scale: f32, grad: bool) -> f32 {
-        let mut m = f32::NEG_INFINITY;
-        for &v in z.iter() {
-            m = m.max(v);
-        }
+        let m = max16(z);
         let zt = z[target];
-        let mut acc = [0f32; 16];
-        let mut chunks = z.chunks_exact_mut(16);
-        for c in &mut chunks {
-            for i in 0..16 {
-                let e = exp_approx(c[i] - m);
-                if grad {
-                    c[i] = e;
+        if !grad {
+            let mut acc = [0f32; 16];
+            let c = z.chunks_exact(16);
+            let mut sum: f32 = c.remainder().iter().map(|v| exp_approx(v - m)).sum();
+            for ch in c {
+                for i in 0..16 {
+                    acc[i] += exp_approx(ch[i] - m);
                 }
-                acc[i] += e;
             }
+            sum += acc.iter().sum::<f32>();
+            return sum.ln() + m - zt;
         }
-        let mut sum = 0f32;
-        for v in chunks.into_remainder() {
-            let e = exp_approx(*v - m);
-            if grad {
-                *v = e;
-            }
-            sum += e;
+        let sum = exp_sum16(z, m);
+        let k = scale / sum;
+        for v in z.iter_mut() {
+            *v *= k;
         }
-        for a in acc {
-            sum += a;
-        }
-        if grad {
-            let k = scale / sum;
-            for v in z.iter_mut() {
-                *v *= k;
-            }
-            z[target] -= scale;
-        }
+        z[target] -= scale;
         sum.ln() + m - zt
     }
 }
@@ -66,7 +52,11 @@ pub fn cross_entropy(
             "target {t} is outside the vocabulary of {v}"
         );
     }
-    let rows = (32768 / v).max(1);
+    let rows = if in_serial() {
+        n.max(1)
+    } else {
+        (32768 / v).max(1)
+    };
     logits
         .par_chunks_mut(rows * v)
         .zip(losses[..n].par_chunks_mut(rows))

@@ -5,14 +5,14 @@
 //!
 //! Shapes: X (N, K), W (M, K) row-major as GGUF stores a (out, in) matrix, Y (N, M).
 
-use gemm::Parallelism;
+pub(crate) use gemm::Parallelism;
 
 /// Products smaller than this many multiply-adds run on one thread: below it, rayon's
 /// fork/join costs more than it saves.
-const PAR_MIN_FLOPS: usize = 1 << 21;
+const PAR_MIN_FLOPS: usize = 1 << 23;
 
 fn parallelism(m: usize, n: usize, k: usize) -> Parallelism {
-    if m * n * k >= PAR_MIN_FLOPS && rayon::current_num_threads() > 1 {
+    if m * n * k >= PAR_MIN_FLOPS && rayon::current_num_threads() > 1 && !super::in_serial() {
         Parallelism::Rayon(0)
     } else {
         Parallelism::None
@@ -37,6 +37,35 @@ unsafe fn raw(
     rhs: *const f32,
     rhs_cs: isize,
     rhs_rs: isize,
+) {
+    let par = parallelism(m, n, k);
+    gemm_strided(
+        m, n, k, dst, dst_rs, acc, lhs, lhs_cs, lhs_rs, rhs, rhs_cs, rhs_rs, 1.0, par,
+    )
+}
+
+/// `dst (m, n) = acc * dst + beta * lhs (m, k) * rhs (k, n)`, all with element strides
+/// (column, row), dst with unit column stride; `par` as the `gemm` crate takes it.
+///
+/// # Safety
+/// Every pointer must be valid for the elements its strides and sizes reach, and dst must
+/// not overlap the inputs.
+#[allow(clippy::too_many_arguments)]
+pub(crate) unsafe fn gemm_strided(
+    m: usize,
+    n: usize,
+    k: usize,
+    dst: *mut f32,
+    dst_rs: isize,
+    acc: bool,
+    lhs: *const f32,
+    lhs_cs: isize,
+    lhs_rs: isize,
+    rhs: *const f32,
+    rhs_cs: isize,
+    rhs_rs: isize,
+    beta: f32,
+    par: Parallelism,
 ) {
     if m == 0 || n == 0 {
         return;
@@ -65,11 +94,11 @@ unsafe fn raw(
         rhs_cs,
         rhs_rs,
         if acc { 1.0 } else { 0.0 },
-        1.0,
+        beta,
         false,
         false,
         false,
-        parallelism(m, n, k),
+        par,
     )
 }
 
@@ -207,5 +236,32 @@ mod tests {
         let mut z = vec![5.0; 4];
         matmul_xwt(&mut z, &[], &[], 2, 0, 2, false);
         assert_eq!(z, vec![0.0; 4]);
+    }
+
+    #[test]
+    fn products_are_the_same_bits_on_any_thread_count() {
+        // big enough to be split among threads; gemm must not split the sums
+        let (n, k, m) = (512, 300, 600);
+        let (x, w, dy) = (
+            test_data(n * k, 5),
+            test_data(m * k, 6),
+            test_data(n * m, 7),
+        );
+        let run = || {
+            let (mut y, mut dx, mut dw) = (vec![0f32; n * m], vec![0f32; n * k], vec![0f32; m * k]);
+            matmul_xwt(&mut y, &x, &w, n, k, m, false);
+            matmul_dyw(&mut dx, &dy, &w, n, k, m, false);
+            matmul_dytx(&mut dw, &dy, &x, n, k, m);
+            (y, dx, dw)
+        };
+        let pool = |t| {
+            rayon::ThreadPoolBuilder::new()
+                .num_threads(t)
+                .build()
+                .unwrap()
+        };
+        let one = pool(1).install(run);
+        assert!(pool(2).install(run) == one && pool(3).install(run) == one);
+        assert!(pool(2).install(|| super::super::serial(run)) == one);
     }
 }

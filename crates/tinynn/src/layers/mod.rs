@@ -10,6 +10,7 @@
 
 pub mod act;
 pub mod attention;
+mod attention_tiles;
 pub mod cross_entropy;
 pub mod embedding;
 pub mod layernorm;
@@ -35,6 +36,7 @@ pub fn depth_scale(l: usize) -> f32 {
 macro_rules! multiversion {
     ($(#[$m:meta])* $vis:vis fn $name:ident($($arg:ident : $ty:ty),* $(,)?) $(-> $ret:ty)? $body:block) => {
         $(#[$m])*
+        #[allow(clippy::too_many_arguments)]
         $vis fn $name($($arg: $ty),*) $(-> $ret)? {
             #[inline(always)]
             #[allow(clippy::too_many_arguments)]
@@ -75,9 +77,33 @@ impl SendPtr {
     }
 }
 
+thread_local! {
+    static SERIAL: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+}
+
+/// Run `f` with every layer called on this thread kept to this thread (no rayon tasks, no
+/// threads inside gemm): for callers that already run independent work on each thread, such
+/// as a model's batch shards. Every split of work here depends on shapes only and no sum is
+/// split among tasks, so this changes no result bits, only the scheduling.
+pub fn serial<R>(f: impl FnOnce() -> R) -> R {
+    let old = SERIAL.with(|s| s.replace(true));
+    let r = f();
+    SERIAL.with(|s| s.set(old));
+    r
+}
+
+/// Whether the current thread is inside [`serial`].
+pub(crate) fn in_serial() -> bool {
+    SERIAL.with(|s| s.get())
+}
+
 /// Rows handed to one rayon task by the row-parallel elementwise layers: about 16k elements,
 /// so small layers run as one task (rayon's overhead dwarfs them) and big ones split. Depends
 /// only on the shape, so results do not change with the thread count.
+/// Inside [`serial`], every row is one task's.
 pub(crate) fn rows_per_task(width: usize) -> usize {
+    if in_serial() {
+        return usize::MAX / 2;
+    }
     (16384 / width.max(1)).max(1)
 }

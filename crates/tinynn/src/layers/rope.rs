@@ -5,6 +5,23 @@
 //! inference rotate by the same bits. The backward turns the gradient back by -theta.
 //! Shapes: rows (N, S) with the heads to turn at the start of each row (q then k), D head size.
 
+use super::multiversion;
+
+multiversion! {
+    /// Turn each head (of 2 * cos.len()) in `x` by the angles whose cos / sin are given.
+    fn rotate_heads(x: &mut [f32], cos: &[f32], sin: &[f32], sign: f32) {
+        let half = cos.len();
+        for head in x.chunks_exact_mut(2 * half) {
+            for k in 0..half {
+                let (c, s) = (cos[k], sign * sin[k]);
+                let (x0, x1) = (head[2 * k], head[2 * k + 1]);
+                head[2 * k] = x0 * c - x1 * s;
+                head[2 * k + 1] = x0 * s + x1 * c;
+            }
+        }
+    }
+}
+
 #[derive(Clone, Debug)]
 pub struct Rope {
     pub head_dim: usize,
@@ -55,7 +72,7 @@ impl Rope {
             "{t} positions, rope tables for {}",
             self.ctx()
         );
-        let (d, half) = (self.head_dim, self.head_dim / 2);
+        let half = self.head_dim / 2;
         let sign = if inverse { -1.0 } else { 1.0 };
         for (i, row) in x[..n * stride].chunks_exact_mut(stride).enumerate() {
             let p = i % t;
@@ -63,14 +80,7 @@ impl Rope {
                 &self.cos[p * half..(p + 1) * half],
                 &self.sin[p * half..(p + 1) * half],
             );
-            for head in row[..n_heads * d].chunks_exact_mut(d) {
-                for k in 0..half {
-                    let (c, s) = (cos[k], sign * sin[k]);
-                    let (x0, x1) = (head[2 * k], head[2 * k + 1]);
-                    head[2 * k] = x0 * c - x1 * s;
-                    head[2 * k + 1] = x0 * s + x1 * c;
-                }
-            }
+            rotate_heads(&mut row[..n_heads * self.head_dim], cos, sin, sign);
         }
     }
 

@@ -289,6 +289,7 @@ impl Block {
 
     /// s.dx holds the gradient of the block's output; on return, that of its input. Parameter
     /// gradients are added into g.
+    #[allow(clippy::too_many_arguments)]
     pub fn backward(
         &self,
         p: &[f32],

@@ -46,6 +46,8 @@ pub enum TrainError {
     Config(String),
     #[error("params hold {got} values: this model config needs {expected}")]
     ParamCount { got: usize, expected: usize },
+    #[error("bad batch: {0}")]
+    Batch(String),
 }
 
 /// Largest size of any one dimension we accept (bounds every allocation from a config).
@@ -78,13 +80,13 @@ impl ModelConfig {
                 return bad(format!("{name} = {v}, expected 1..={MAX_DIM}"));
             }
         }
-        if self.d_model % self.n_head != 0 {
+        if !self.d_model.is_multiple_of(self.n_head) {
             return bad(format!(
                 "n_head {} does not divide d_model {}",
                 self.n_head, self.d_model
             ));
         }
-        if self.n_head % self.n_kv_head != 0 {
+        if !self.n_head.is_multiple_of(self.n_kv_head) {
             return bad(format!(
                 "n_kv_head {} does not divide n_head {}",
                 self.n_kv_head, self.n_head
@@ -98,7 +100,9 @@ impl ModelConfig {
             ));
         }
         match self.arch {
-            TrainArch::Llama if d % 2 != 0 => bad(format!("head size {d} must be even for RoPE")),
+            TrainArch::Llama if !d.is_multiple_of(2) => {
+                bad(format!("head size {d} must be even for RoPE"))
+            }
             TrainArch::Gpt2 if self.n_kv_head != self.n_head => bad(format!(
                 "gpt2 has one kv head per head (fused attn_qkv): n_kv_head {} != n_head {}",
                 self.n_kv_head, self.n_head

@@ -7,6 +7,7 @@ mod block;
 mod config;
 mod model;
 mod params;
+mod shard;
 
 pub mod bpe;
 pub mod checkpoint;

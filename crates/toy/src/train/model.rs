@@ -2,17 +2,25 @@
 //! A step is `zero_grad`, `forward_backward` (forward keeping activations, then backward
 //! adding into `grads`), then the optimiser on `params` / `grads` (as llm.c's train loop).
 //! Every buffer is allocated in `init` for `batch` sequences of `ctx` tokens; a step
-//! allocates nothing. Results depend only on the inputs and the rayon thread count.
+//! allocates nothing. Results depend only on the inputs (not on the thread count).
 //! Letters: B sequences, T positions, N = B*T rows, C width, V vocabulary.
 
-use super::block::{Block, BlockActs, Norm, Scratch};
-use super::params::{Layout, ParamInfo};
+use super::params::ParamInfo;
+use super::shard::{Net, Shard};
 use super::{ModelConfig, TrainArch, TrainError};
 use std::ops::Range;
-use tinynn::layers::cross_entropy::cross_entropy;
-use tinynn::layers::embedding::Embedding;
-use tinynn::layers::linear::Linear;
-use tinynn::layers::rope::Rope;
+use tinynn::layers::serial;
+
+/// A batch of two or more sequences is split in two shards that run forward and backward at
+/// the same time, each on its own thread with its own gradient buffer, summed after: one
+/// join per step instead of a fork/join per layer, and on a busy machine a descheduled thread
+/// delays one join, not every layer. The products inside a shard run on one thread, whose
+/// kernels are at full speed from a few hundred rows. The second gradient buffer costs one
+/// copy of the parameters, so models over `SHARD_MAX_PARAMS` run one shard and parallelise
+/// inside each product instead. The choice depends on the shapes only, never on the thread
+/// count, and the `gemm` crate splits no sums among threads, so results are the same bits
+/// on any number of threads.
+const SHARD_MAX_PARAMS: usize = 1 << 25;
 
 pub struct TrainModel {
     pub cfg: ModelConfig,
@@ -20,25 +28,14 @@ pub struct TrainModel {
     pub params: Vec<f32>,
     /// Their gradients, same layout; `forward_backward` adds into them.
     pub grads: Vec<f32>,
-    layout: Layout,
+    net: Net,
     /// Most sequences one call takes.
     batch: usize,
-    blocks: Vec<Block>,
-    acts: Vec<BlockActs>,
-    scratch: Scratch,
-    final_norm: Norm,
-    embedding: Embedding,
-    head: Linear,
-    rope: Rope,
-    /// Final residual stream, its norm and saved statistics (N, C), (N).
-    xf: Vec<f32>,
-    hf: Vec<f32>,
-    meanf: Vec<f32>,
-    rstdf: Vec<f32>,
-    /// Logits, then their gradient (N, V); per-row losses (N); last-position logits (V).
-    logits: Vec<f32>,
-    losses: Vec<f32>,
-    last: Vec<f32>,
+    /// Sequences per shard, and the shards (one or two).
+    shard_batch: usize,
+    shards: Vec<Shard>,
+    /// The second shard's gradients (empty with one shard).
+    grads2: Vec<f32>,
 }
 
 impl TrainModel {
@@ -54,7 +51,7 @@ impl TrainModel {
     /// `init` that returns config errors.
     pub fn try_init(cfg: ModelConfig, batch: usize, seed: u64) -> Result<Self, TrainError> {
         cfg.validate()?;
-        let params = Layout::new(&cfg).init(seed);
+        let params = super::params::Layout::new(&cfg).init(seed);
         Self::from_params(cfg, batch, params)
     }
 
@@ -70,53 +67,47 @@ impl TrainModel {
                 "batch {batch}, expected 1..=65536"
             )));
         }
-        let layout = Layout::new(&cfg);
-        if params.len() != layout.total {
+        let net = Net::new(&cfg);
+        if params.len() != net.layout.total {
             return Err(TrainError::ParamCount {
                 got: params.len(),
-                expected: layout.total,
+                expected: net.layout.total,
             });
         }
-        let (n, c, v) = (batch * cfg.ctx, cfg.d_model, cfg.vocab);
-        let blocks: Vec<Block> = layout
-            .blocks
-            .iter()
-            .enumerate()
-            .map(|(l, r)| Block::new(&cfg, l, r.clone()))
+        let n_shards = if batch >= 2 && params.len() <= SHARD_MAX_PARAMS {
+            2
+        } else {
+            1
+        };
+        let shard_batch = batch.div_ceil(n_shards);
+        let shards = (0..n_shards)
+            .map(|_| Shard::new(&net, shard_batch, cfg.ctx))
             .collect();
-        let acts = blocks.iter().map(|b| b.acts(batch, cfg.ctx)).collect();
-        let scratch = blocks[0].scratch(n);
         Ok(Self {
             grads: vec![0.0; params.len()],
+            grads2: if n_shards == 2 {
+                vec![0.0; params.len()]
+            } else {
+                Vec::new()
+            },
             params,
+            net,
             batch,
-            acts,
-            scratch,
-            final_norm: Norm::new(&cfg),
-            embedding: Embedding::new(v, c),
-            head: Linear::new(c, v),
-            rope: Rope::new(cfg.head_dim(), cfg.ctx, cfg.rope_base),
-            xf: vec![0.0; n * c],
-            hf: vec![0.0; n * c],
-            meanf: vec![0.0; n],
-            rstdf: vec![0.0; n],
-            logits: vec![0.0; n * v],
-            losses: vec![0.0; n],
-            last: vec![0.0; v],
-            blocks,
-            layout,
+            shard_batch,
+            shards,
             cfg,
         })
     }
 
     /// Every parameter tensor: GGUF name, dims, range in params / grads, whether it decays.
     pub fn params_info(&self) -> &[ParamInfo] {
-        &self.layout.infos
+        &self.net.layout.infos
     }
 
     /// The ranges AdamW decays (matrices; not norms, biases or embeddings), in order.
     pub fn decay_ranges(&self) -> Vec<Range<usize>> {
-        self.layout
+        self.net
+            .layout
             .infos
             .iter()
             .filter(|i| i.decay)
@@ -133,6 +124,37 @@ impl TrainModel {
         self.grads.fill(0.0);
     }
 
+    /// Checks a batch before `forward_backward` / `forward_loss` (which panic on what this
+    /// rejects): B <= batch sequences of T <= ctx tokens, every token inside the vocabulary.
+    pub fn check_batch(
+        &self,
+        inputs: &[u32],
+        targets: &[u32],
+        b: usize,
+        t: usize,
+    ) -> Result<(), TrainError> {
+        let (bmax, ctx, v) = (self.batch, self.cfg.ctx, self.cfg.vocab);
+        if b == 0 || b > bmax || t == 0 || t > ctx {
+            return Err(TrainError::Batch(format!(
+                "{b} sequences of {t} tokens, expected 1..={bmax} of 1..={ctx}"
+            )));
+        }
+        for (what, toks) in [("inputs", inputs), ("targets", targets)] {
+            if toks.len() != b * t {
+                return Err(TrainError::Batch(format!(
+                    "{} {what} for {b} sequences of {t}",
+                    toks.len()
+                )));
+            }
+            if let Some(bad) = toks.iter().find(|&&id| id as usize >= v) {
+                return Err(TrainError::Batch(format!(
+                    "token {bad} in {what} is outside the vocabulary of {v}"
+                )));
+            }
+        }
+        Ok(())
+    }
+
     fn check_shape(&self, tokens: usize, b: usize, t: usize) {
         assert!(
             b >= 1 && b <= self.batch && t >= 1 && t <= self.cfg.ctx && tokens == b * t,
@@ -142,63 +164,51 @@ impl TrainModel {
         );
     }
 
-    /// Embedding, blocks and final norm of inputs (B, T): fills the activations and hf.
-    fn forward(&mut self, inputs: &[u32], b: usize, t: usize) {
-        let n = b * t;
-        let p = &self.params;
-        let first = &mut self.acts[0].x;
-        self.embedding.forward(
-            inputs,
-            &p[self.layout.token_embd.clone()],
-            &mut first[..n * self.cfg.d_model],
-        );
-        if let Some(r) = &self.layout.position_embd {
-            self.embedding
-                .forward_positions(t, &p[r.clone()], &mut first[..n * self.cfg.d_model]);
+    /// Forward (and with `grad_scale`, backward into the grads) of inputs (B, T) over the
+    /// shards; returns the sum of the row losses.
+    fn run(
+        &mut self,
+        inputs: &[u32],
+        targets: &[u32],
+        b: usize,
+        t: usize,
+        grad_scale: Option<f32>,
+    ) -> f64 {
+        let (p, net) = (&self.params, &self.net);
+        let one = |sh: &mut Shard, g: Option<&mut [f32]>, x: &[u32], y: &[u32], b: usize| -> f64 {
+            sh.forward(net, p, x, b, t);
+            let loss = sh.head_loss(net, p, y, b * t, grad_scale);
+            if let Some(g) = g {
+                sh.backward(net, p, g, x, b, t);
+            }
+            loss
+        };
+        let b0 = b.min(self.shard_batch);
+        let grad = grad_scale.is_some();
+        let (first, rest) = self.shards.split_at_mut(1);
+        match rest.first_mut() {
+            Some(second) if b > b0 => {
+                let n0 = b0 * t;
+                // grads2 is all zeros between calls: the sum below clears what it reads
+                let g1 = grad.then_some(&mut self.grads[..]);
+                let g2 = grad.then_some(&mut self.grads2[..]);
+                let (l0, l1) = rayon::join(
+                    || serial(|| one(&mut first[0], g1, &inputs[..n0], &targets[..n0], b0)),
+                    || serial(|| one(second, g2, &inputs[n0..], &targets[n0..], b - b0)),
+                );
+                if grad {
+                    add_and_clear(&mut self.grads, &mut self.grads2);
+                }
+                l0 + l1
+            }
+            _ => one(
+                &mut first[0],
+                grad.then_some(&mut self.grads[..]),
+                inputs,
+                targets,
+                b,
+            ),
         }
-        for l in 0..self.blocks.len() {
-            let (cur, rest) = self.acts.split_at_mut(l + 1);
-            let out = match rest.first_mut() {
-                Some(next) => &mut next.x,
-                None => &mut self.xf,
-            };
-            self.blocks[l].forward(p, &mut cur[l], out, &self.rope, b, t);
-        }
-        let lay = &self.layout;
-        let nb = lay.output_norm_b.as_ref().map(|r| &p[r.clone()]);
-        self.final_norm.forward(
-            &self.xf,
-            &p[lay.output_norm.clone()],
-            nb,
-            1.0,
-            &mut self.hf,
-            &mut self.meanf,
-            &mut self.rstdf,
-            n,
-        );
-    }
-
-    /// Logits (N, V) of hf, then per-row losses (and their gradient in place, scaled by
-    /// `grad_scale`); returns the mean loss.
-    fn head_loss(&mut self, targets: &[u32], n: usize, grad_scale: Option<f32>) -> f32 {
-        let v = self.cfg.vocab;
-        // (N, C) -> (N, V)
-        self.head.forward(
-            &self.hf,
-            &self.params[self.layout.head.clone()],
-            None,
-            &mut self.logits,
-            n,
-            false,
-        );
-        cross_entropy(
-            &mut self.logits,
-            &targets[..n],
-            &mut self.losses,
-            v,
-            grad_scale,
-        );
-        (self.losses[..n].iter().map(|l| *l as f64).sum::<f64>() / n as f64) as f32
     }
 
     /// inputs, targets: (B, T) row-major with B <= batch, T <= ctx. Forward + backward; ADDS
@@ -220,61 +230,15 @@ impl TrainModel {
     ) -> f32 {
         self.check_shape(inputs.len(), b, t);
         self.check_shape(targets.len(), b, t);
-        let (n, c) = (b * t, self.cfg.d_model);
-        self.forward(inputs, b, t);
-        let loss = self.head_loss(targets, n, Some(loss_scale / n as f32));
-
-        let (p, g, lay) = (&self.params, &mut self.grads, &self.layout);
-        let s = &mut self.scratch;
-        // head: dW += dlogits^T hf, dhf = dlogits W
-        self.head.backward(
-            &self.logits,
-            &self.hf,
-            &p[lay.head.clone()],
-            Some(&mut s.dh),
-            false,
-            &mut g[lay.head.clone()],
-            None,
-            n,
-        );
-        s.dx[..n * c].fill(0.0);
-        let (dw, db) = match &lay.output_norm_b {
-            None => (&mut g[lay.output_norm.clone()], None),
-            Some(rb) => {
-                let (lo, hi) = g.split_at_mut(rb.start);
-                (&mut lo[lay.output_norm.clone()], Some(&mut hi[..rb.len()]))
-            }
-        };
-        self.final_norm.backward(
-            &s.dh,
-            &self.xf,
-            &p[lay.output_norm.clone()],
-            1.0,
-            &self.meanf,
-            &self.rstdf,
-            &mut s.dx,
-            dw,
-            db,
-            n,
-        );
-        for (blk, a) in self.blocks.iter().zip(&self.acts).rev() {
-            blk.backward(p, g, a, s, &self.rope, b, t);
-        }
-        self.embedding
-            .backward(inputs, &s.dx[..n * c], &mut g[lay.token_embd.clone()]);
-        if let Some(r) = &lay.position_embd {
-            self.embedding
-                .backward_positions(t, &s.dx[..n * c], &mut g[r.clone()]);
-        }
-        loss
+        let n = b * t;
+        (self.run(inputs, targets, b, t, Some(loss_scale / n as f32)) / n as f64) as f32
     }
 
     /// Mean loss only (validation), grads untouched.
     pub fn forward_loss(&mut self, inputs: &[u32], targets: &[u32], b: usize, t: usize) -> f32 {
         self.check_shape(inputs.len(), b, t);
         self.check_shape(targets.len(), b, t);
-        self.forward(inputs, b, t);
-        self.head_loss(targets, b * t, None)
+        (self.run(inputs, targets, b, t, None) / (b * t) as f64) as f32
     }
 
     /// Logits (V) of the last position of one sequence `tokens` (len <= ctx), for sampling
@@ -282,22 +246,27 @@ impl TrainModel {
     pub fn logits_last(&mut self, tokens: &[u32]) -> &[f32] {
         let t = tokens.len();
         self.check_shape(t, 1, t);
-        self.forward(tokens, 1, t);
-        let c = self.cfg.d_model;
-        let w = &self.params[self.layout.head.clone()];
-        self.head.forward(
-            &self.hf[(t - 1) * c..t * c],
-            w,
-            None,
-            &mut self.last,
-            1,
-            false,
-        );
-        &self.last
+        let sh = &mut self.shards[0];
+        sh.forward(&self.net, &self.params, tokens, 1, t);
+        sh.logits_last(&self.net, &self.params, t)
     }
 
-    /// Whether this is a gpt2 model (learned positions, biases).
+    /// The model family.
     pub fn arch(&self) -> TrainArch {
         self.cfg.arch
     }
+}
+
+/// `a += b; b = 0`, in parallel chunks.
+fn add_and_clear(a: &mut [f32], b: &mut [f32]) {
+    use rayon::prelude::*;
+    const CHUNK: usize = 1 << 15;
+    a.par_chunks_mut(CHUNK)
+        .zip(b.par_chunks_mut(CHUNK))
+        .for_each(|(a, b)| {
+            for (x, y) in a.iter_mut().zip(b.iter_mut()) {
+                *x += *y;
+                *y = 0.0;
+            }
+        });
 }

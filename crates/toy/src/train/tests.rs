@@ -55,10 +55,14 @@ fn variants() -> Vec<ModelConfig> {
 
 #[test]
 fn whole_model_gradients_match_finite_differences() {
-    for c in variants() {
-        let base = TrainModel::init(c.clone(), 2, 1);
+    // batch 2 runs two shards of one sequence; batch 3 fits b = 2 in one shard
+    let mut cases: Vec<(ModelConfig, usize)> = variants().into_iter().map(|c| (c, 2)).collect();
+    cases.push((cfg(TrainArch::Llama, true, false), 3));
+    cases.push((cfg(TrainArch::Gpt2, false, true), 3));
+    for (c, batch) in cases {
+        let base = TrainModel::init(c.clone(), batch, 1);
         let params = rough_params(&base, 2);
-        let mut m = TrainModel::from_params(c.clone(), 2, params.clone()).unwrap();
+        let mut m = TrainModel::from_params(c.clone(), batch, params.clone()).unwrap();
         let (b, t) = (2, 5);
         let (x, y) = (tokens(b * t, c.vocab, 3), tokens(b * t, c.vocab, 4));
         m.zero_grad();
@@ -181,9 +185,14 @@ fn run_steps(c: &ModelConfig, steps: usize) -> (Vec<f32>, Vec<f32>) {
             tokens(4 * 32, c.vocab, 200 + s as u64),
         );
         m.zero_grad();
-        // two micro-batches of 2 sequences: gradient accumulation
-        losses.push(m.forward_backward_scaled(&x[..64], &y[..64], 2, 32, 0.5));
-        losses.push(m.forward_backward_scaled(&x[64..], &y[64..], 2, 32, 0.5));
+        if s % 2 == 0 {
+            // the whole batch (split over both shards of a tiny model)
+            losses.push(m.forward_backward(&x, &y, 4, 32));
+        } else {
+            // two micro-batches of 2 sequences: gradient accumulation
+            losses.push(m.forward_backward_scaled(&x[..64], &y[..64], 2, 32, 0.5));
+            losses.push(m.forward_backward_scaled(&x[64..], &y[64..], 2, 32, 0.5));
+        }
         tinynn::optim::clip_grad_norm(&mut m.grads, 1.0);
         opt.step(&mut m.params, &m.grads, 1e-3, &decay);
     }
@@ -202,6 +211,14 @@ fn training_is_bit_for_bit_deterministic() {
         let (p2, l2) = pool.install(|| run_steps(&c, 3));
         assert_eq!(l1, l2, "{arch:?}: losses differ between identical runs");
         assert!(p1 == p2, "{arch:?}: params differ between identical runs");
+        // and on one thread: the work splits depend on the shapes, never on the thread count
+        let one = rayon::ThreadPoolBuilder::new()
+            .num_threads(1)
+            .build()
+            .unwrap();
+        let (p3, l3) = one.install(|| run_steps(&c, 3));
+        assert_eq!(l1, l3, "{arch:?}: losses differ between 1 and 2 threads");
+        assert!(p1 == p3, "{arch:?}: params differ between 1 and 2 threads");
         // init is the seed's alone
         let a = TrainModel::init(c.clone(), 1, 5);
         let b = pool.install(|| TrainModel::init(c.clone(), 3, 5));
@@ -240,4 +257,14 @@ fn from_params_checks_the_length_and_the_layout_is_gguf_shaped() {
     let mut bad = c.clone();
     bad.n_head = 5;
     assert!(TrainModel::try_init(bad, 1, 0).is_err());
+    // batches are checked with errors that say what was wrong
+    let ok = vec![1u32; 32];
+    assert!(m.check_batch(&ok, &ok, 1, 32).is_ok());
+    let e = m.check_batch(&ok, &ok, 2, 16).unwrap_err().to_string();
+    assert!(e.contains("expected 1..=1"), "{e}");
+    let mut big = ok.clone();
+    big[3] = 627;
+    let e = m.check_batch(&ok, &big, 1, 32).unwrap_err().to_string();
+    assert!(e.contains("token 627 in targets"), "{e}");
+    assert!(m.check_batch(&ok[..31], &ok, 1, 32).is_err());
 }

@@ -1,0 +1,277 @@
+//! The tiled kernels of [`super::attention`]: per (sequence, head), blocks of QB query rows
+//! against all the keys they may see, with the score block S = Q K^T and the products
+//! P V, dO V^T, dS K, dS^T Q, P^T dO on the `gemm` crate (one thread each: the heads already
+//! run in parallel). Scores live in a per-thread scratch of QB x T floats, grown once.
+//! Shapes as in `attention`: qkv rows of S, out rows of H*D, D head size.
+
+use super::act::{exp_approx, exp_sum16, max16};
+use super::matmul::{gemm_strided, Parallelism};
+use super::rmsnorm::dot16;
+use super::{multiversion, SendPtr};
+use std::cell::RefCell;
+
+/// Query rows per tile.
+pub(crate) const QB: usize = 64;
+
+/// Where one (sequence, query head) task reads and writes: strides and column offsets.
+#[derive(Clone, Copy)]
+pub(crate) struct HeadJob {
+    /// Row stride of qkv, and offsets of this head's q, k and v in a row.
+    pub stride: usize,
+    pub q: usize,
+    pub k: usize,
+    pub v: usize,
+    /// Row stride of out, and this head's offset in it.
+    pub out_stride: usize,
+    pub o: usize,
+    pub d: usize,
+    pub t: usize,
+    pub scale: f32,
+}
+
+thread_local! {
+    static SCRATCH: RefCell<Vec<f32>> = const { RefCell::new(Vec::new()) };
+}
+
+/// Run `f` on a per-thread scratch of `len` floats (allocated on a thread's first use only).
+fn with_scratch<R>(len: usize, f: impl FnOnce(&mut [f32]) -> R) -> R {
+    SCRATCH.with(|s| {
+        let mut s = s.borrow_mut();
+        if s.len() < len {
+            s.resize(len, 0.0);
+        }
+        f(&mut s[..len])
+    })
+}
+
+multiversion! {
+    /// Rows of scores (qb, nk) -> causal softmax probabilities in place; row i sees keys
+    /// 0..=i0+i. Writes each row's log-sum-exp. Whole rows with the masked part at -inf (exp
+    /// gives exactly 0 there), so every loop runs over full vectors.
+    fn softmax_rows(s: &mut [f32], nk: usize, i0: usize, lse: &mut [f32]) {
+        for (i, (row, l)) in s.chunks_exact_mut(nk).zip(lse.iter_mut()).enumerate() {
+            row[i0 + i + 1..].fill(f32::NEG_INFINITY);
+            let m = max16(row);
+            let sum = exp_sum16(row, m);
+            let inv = 1.0 / sum;
+            row.iter_mut().for_each(|v| *v *= inv);
+            *l = m + sum.ln();
+        }
+    }
+}
+
+multiversion! {
+    /// Scores (qb, nk) -> P = exp(S - lse) (0 where masked) in `s`; dP (qb, nk) -> dS = P (dP - D)
+    /// in `dp`, with D_i = dO_i . O_i.
+    fn grad_rows(s: &mut [f32], dp: &mut [f32], nk: usize, i0: usize, lse: &[f32], di: &[f32]) {
+        for (i, (row, drow)) in s.chunks_exact_mut(nk).zip(dp.chunks_exact_mut(nk)).enumerate() {
+            row[i0 + i + 1..].fill(f32::NEG_INFINITY);
+            let (l, d) = (lse[i], di[i]);
+            for (x, g) in row.iter_mut().zip(drow.iter_mut()) {
+                let p = exp_approx(*x - l);
+                *x = p;
+                *g = p * (*g - d);
+            }
+        }
+    }
+}
+
+/// One (sequence, query head): qkv holds the sequence's T rows, out its T output rows
+/// (written through `out`), lse its T log-sum-exps.
+pub(crate) fn head_forward(qkv: &[f32], job: HeadJob, out: SendPtr, lse: &mut [f32]) {
+    let HeadJob {
+        stride,
+        q,
+        k,
+        v,
+        out_stride,
+        o,
+        d,
+        t,
+        scale,
+    } = job;
+    assert!(qkv.len() >= t * stride && lse.len() >= t);
+    let (st, os) = (stride as isize, out_stride as isize);
+    with_scratch(QB.min(t) * t, |s| {
+        for i0 in (0..t).step_by(QB) {
+            let (qb, nk) = ((t - i0).min(QB), (i0 + QB).min(t));
+            let s = &mut s[..qb * nk];
+            // SAFETY: Q rows i0..i0+qb and K / V rows 0..nk lie inside qkv (checked above); the
+            // output rows i0..i0+qb, columns o..o+d, belong to this task.
+            unsafe {
+                // (qb, D) x (D, nk) -> (qb, nk)
+                let qp = qkv.as_ptr().add(i0 * stride + q);
+                gemm_strided(
+                    qb,
+                    nk,
+                    d,
+                    s.as_mut_ptr(),
+                    nk as isize,
+                    false,
+                    qp,
+                    1,
+                    st,
+                    qkv.as_ptr().add(k),
+                    st,
+                    1,
+                    scale,
+                    Parallelism::None,
+                );
+                softmax_rows(s, nk, i0, &mut lse[i0..i0 + qb]);
+                // (qb, nk) x (nk, D) -> (qb, D)
+                let dst = out.get().add(i0 * out_stride + o);
+                gemm_strided(
+                    qb,
+                    d,
+                    nk,
+                    dst,
+                    os,
+                    false,
+                    s.as_ptr(),
+                    1,
+                    nk as isize,
+                    qkv.as_ptr().add(v),
+                    1,
+                    st,
+                    1.0,
+                    Parallelism::None,
+                );
+            }
+        }
+    })
+}
+
+/// The gradient of one (sequence, query head) into dqkv (same layout as qkv, written through
+/// `dqkv`): sets this head's dq, adds into its kv head's dk and dv.
+pub(crate) fn head_backward(
+    dout: &[f32],
+    qkv: &[f32],
+    out: &[f32],
+    lse: &[f32],
+    job: HeadJob,
+    dqkv: SendPtr,
+) {
+    let HeadJob {
+        stride,
+        q,
+        k,
+        v,
+        out_stride,
+        o,
+        d,
+        t,
+        scale,
+    } = job;
+    assert!(
+        qkv.len() >= t * stride
+            && dout.len() >= t * out_stride
+            && out.len() >= t * out_stride
+            && lse.len() >= t
+    );
+    let (st, os) = (stride as isize, out_stride as isize);
+    let mut di = [0f32; QB];
+    with_scratch(2 * QB.min(t) * t, |buf| {
+        for i0 in (0..t).step_by(QB) {
+            let (qb, nk) = ((t - i0).min(QB), (i0 + QB).min(t));
+            let (s, dp) = buf.split_at_mut(qb * nk);
+            let dp = &mut dp[..qb * nk];
+            for (i, x) in di[..qb].iter_mut().enumerate() {
+                let r = (i0 + i) * out_stride + o;
+                *x = dot16(&dout[r..r + d], &out[r..r + d]);
+            }
+            // SAFETY: all reads lie inside the checked slices; dqkv's q columns of rows
+            // i0..i0+qb and the kv head's k / v columns belong to this task.
+            unsafe {
+                let qp = qkv.as_ptr().add(i0 * stride + q);
+                let dop = dout.as_ptr().add(i0 * out_stride + o);
+                // S = scale Q K^T, dP = dO V^T: (qb, nk)
+                gemm_strided(
+                    qb,
+                    nk,
+                    d,
+                    s.as_mut_ptr(),
+                    nk as isize,
+                    false,
+                    qp,
+                    1,
+                    st,
+                    qkv.as_ptr().add(k),
+                    st,
+                    1,
+                    scale,
+                    Parallelism::None,
+                );
+                gemm_strided(
+                    qb,
+                    nk,
+                    d,
+                    dp.as_mut_ptr(),
+                    nk as isize,
+                    false,
+                    dop,
+                    1,
+                    os,
+                    qkv.as_ptr().add(v),
+                    st,
+                    1,
+                    1.0,
+                    Parallelism::None,
+                );
+                grad_rows(s, dp, nk, i0, &lse[i0..i0 + qb], &di[..qb]);
+                // dQ = scale dS K: (qb, nk) x (nk, D)
+                let dq = dqkv.get().add(i0 * stride + q);
+                gemm_strided(
+                    qb,
+                    d,
+                    nk,
+                    dq,
+                    st,
+                    false,
+                    dp.as_ptr(),
+                    1,
+                    nk as isize,
+                    qkv.as_ptr().add(k),
+                    1,
+                    st,
+                    scale,
+                    Parallelism::None,
+                );
+                // dK += scale dS^T Q, dV += P^T dO: (nk, qb) x (qb, D)
+                let dk = dqkv.get().add(k);
+                gemm_strided(
+                    nk,
+                    d,
+                    qb,
+                    dk,
+                    st,
+                    true,
+                    dp.as_ptr(),
+                    nk as isize,
+                    1,
+                    qp,
+                    1,
+                    st,
+                    scale,
+                    Parallelism::None,
+                );
+                let dv = dqkv.get().add(v);
+                gemm_strided(
+                    nk,
+                    d,
+                    qb,
+                    dv,
+                    st,
+                    true,
+                    s.as_ptr(),
+                    nk as isize,
+                    1,
+                    dop,
+                    1,
+                    os,
+                    1.0,
+                    Parallelism::None,
+                );
+            }
+        }
+    })
+}

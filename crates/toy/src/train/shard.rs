@@ -1,0 +1,208 @@
+//! The network's fixed parts (`Net`: layer shapes, ranges into the flat params, RoPE tables)
+//! and one `Shard` of a batch: the activations and gradient scratch for a slice of the
+//! sequences, run forward and backward on its own. A model splits a batch over a fixed
+//! number of shards that run in parallel (see `model.rs` for why and when).
+//! Letters: B sequences, T positions, N = B*T rows, C width, V vocabulary.
+
+use super::block::{Block, BlockActs, Norm, Scratch};
+use super::params::Layout;
+use super::ModelConfig;
+use tinynn::layers::cross_entropy::cross_entropy;
+use tinynn::layers::embedding::Embedding;
+use tinynn::layers::linear::Linear;
+use tinynn::layers::rope::Rope;
+
+/// Everything about the network that does not change during training, except the weights.
+pub(crate) struct Net {
+    pub layout: Layout,
+    pub blocks: Vec<Block>,
+    pub final_norm: Norm,
+    pub embedding: Embedding,
+    pub head: Linear,
+    pub rope: Rope,
+    pub c: usize,
+    pub v: usize,
+}
+
+impl Net {
+    pub fn new(cfg: &ModelConfig) -> Self {
+        let layout = Layout::new(cfg);
+        let blocks = layout
+            .blocks
+            .iter()
+            .enumerate()
+            .map(|(l, r)| Block::new(cfg, l, r.clone()))
+            .collect();
+        Self {
+            layout,
+            blocks,
+            final_norm: Norm::new(cfg),
+            embedding: Embedding::new(cfg.vocab, cfg.d_model),
+            head: Linear::new(cfg.d_model, cfg.vocab),
+            rope: Rope::new(cfg.head_dim(), cfg.ctx, cfg.rope_base),
+            c: cfg.d_model,
+            v: cfg.vocab,
+        }
+    }
+}
+
+/// Activations and scratch for up to `batch` sequences of `ctx` tokens.
+pub(crate) struct Shard {
+    acts: Vec<BlockActs>,
+    scratch: Scratch,
+    /// Final residual stream, its norm and saved statistics (N, C), (N).
+    xf: Vec<f32>,
+    hf: Vec<f32>,
+    meanf: Vec<f32>,
+    rstdf: Vec<f32>,
+    /// Logits, then their gradient (N, V); per-row losses (N); last-position logits (V).
+    logits: Vec<f32>,
+    losses: Vec<f32>,
+    pub last: Vec<f32>,
+}
+
+impl Shard {
+    pub fn new(net: &Net, batch: usize, ctx: usize) -> Self {
+        let (n, c, v) = (batch * ctx, net.c, net.v);
+        Self {
+            acts: net.blocks.iter().map(|b| b.acts(batch, ctx)).collect(),
+            scratch: net.blocks[0].scratch(n),
+            xf: vec![0.0; n * c],
+            hf: vec![0.0; n * c],
+            meanf: vec![0.0; n],
+            rstdf: vec![0.0; n],
+            logits: vec![0.0; n * v],
+            losses: vec![0.0; n],
+            last: vec![0.0; v],
+        }
+    }
+
+    /// Embedding, blocks and final norm of inputs (B, T): fills the activations and hf.
+    pub fn forward(&mut self, net: &Net, p: &[f32], inputs: &[u32], b: usize, t: usize) {
+        let (n, c) = (b * t, net.c);
+        let first = &mut self.acts[0].x[..n * c];
+        net.embedding
+            .forward(inputs, &p[net.layout.token_embd.clone()], first);
+        if let Some(r) = &net.layout.position_embd {
+            net.embedding.forward_positions(t, &p[r.clone()], first);
+        }
+        for (l, blk) in net.blocks.iter().enumerate() {
+            let (cur, rest) = self.acts.split_at_mut(l + 1);
+            let out = match rest.first_mut() {
+                Some(next) => &mut next.x,
+                None => &mut self.xf,
+            };
+            blk.forward(p, &mut cur[l], out, &net.rope, b, t);
+        }
+        let lay = &net.layout;
+        let nb = lay.output_norm_b.as_ref().map(|r| &p[r.clone()]);
+        net.final_norm.forward(
+            &self.xf,
+            &p[lay.output_norm.clone()],
+            nb,
+            1.0,
+            &mut self.hf,
+            &mut self.meanf,
+            &mut self.rstdf,
+            n,
+        );
+    }
+
+    /// Logits (N, V) of hf, then per-row losses (and their gradient in place, times
+    /// `grad_scale`); returns the sum of the N losses.
+    pub fn head_loss(
+        &mut self,
+        net: &Net,
+        p: &[f32],
+        targets: &[u32],
+        n: usize,
+        grad_scale: Option<f32>,
+    ) -> f64 {
+        // (N, C) -> (N, V)
+        net.head.forward(
+            &self.hf,
+            &p[net.layout.head.clone()],
+            None,
+            &mut self.logits,
+            n,
+            false,
+        );
+        cross_entropy(
+            &mut self.logits,
+            &targets[..n],
+            &mut self.losses,
+            net.v,
+            grad_scale,
+        );
+        self.losses[..n].iter().map(|l| *l as f64).sum()
+    }
+
+    /// After `forward` and `head_loss` with a gradient: the backward, adding into g.
+    pub fn backward(
+        &mut self,
+        net: &Net,
+        p: &[f32],
+        g: &mut [f32],
+        inputs: &[u32],
+        b: usize,
+        t: usize,
+    ) {
+        let (n, c, lay) = (b * t, net.c, &net.layout);
+        let s = &mut self.scratch;
+        // head: dW += dlogits^T hf, dhf = dlogits W
+        net.head.backward(
+            &self.logits,
+            &self.hf,
+            &p[lay.head.clone()],
+            Some(&mut s.dh),
+            false,
+            &mut g[lay.head.clone()],
+            None,
+            n,
+        );
+        s.dx[..n * c].fill(0.0);
+        let (dw, db) = match &lay.output_norm_b {
+            None => (&mut g[lay.output_norm.clone()], None),
+            Some(rb) => {
+                let (lo, hi) = g.split_at_mut(rb.start);
+                (&mut lo[lay.output_norm.clone()], Some(&mut hi[..rb.len()]))
+            }
+        };
+        net.final_norm.backward(
+            &s.dh,
+            &self.xf,
+            &p[lay.output_norm.clone()],
+            1.0,
+            &self.meanf,
+            &self.rstdf,
+            &mut s.dx,
+            dw,
+            db,
+            n,
+        );
+        for (blk, a) in net.blocks.iter().zip(&self.acts).rev() {
+            blk.backward(p, g, a, s, &net.rope, b, t);
+        }
+        net.embedding
+            .backward(inputs, &s.dx[..n * c], &mut g[lay.token_embd.clone()]);
+        if let Some(r) = &lay.position_embd {
+            net.embedding
+                .backward_positions(t, &s.dx[..n * c], &mut g[r.clone()]);
+        }
+    }
+
+    /// Logits (V) of the last row of the last forward (of `t` rows), into `self.last`.
+    pub fn logits_last(&mut self, net: &Net, p: &[f32], t: usize) -> &[f32] {
+        let c = net.c;
+        let w = &p[net.layout.head.clone()];
+        net.head.forward(
+            &self.hf[(t - 1) * c..t * c],
+            w,
+            None,
+            &mut self.last,
+            1,
+            false,
+        );
+        &self.last
+    }
+}
