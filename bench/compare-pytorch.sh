@@ -21,7 +21,8 @@
 # with flash attention, the attention path toy's inference follows. Not part of CI.
 #
 # Environment: THREADS (2), STEPS_TINY (300), STEPS_SMALL (40), LLAMA_STEPS (300),
-# SKIP_LLAMA_CPP (0), TORCH_VERSION (2.15.0). Results: target/bench-pytorch/*.json.
+# SKIP_LLAMA_CPP (0), TORCH_VERSION (2.15.0), OMP_WAIT_POLICY (passive for PyTorch: its default
+# spin-waiting collapses when other processes share the cores). Results: target/bench-pytorch/*.json.
 set -euo pipefail
 
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)

@@ -286,3 +286,100 @@ fn default_corpus_is_the_rust_book_or_a_clear_error() {
         );
     }
 }
+
+#[test]
+fn killed_mid_run_leaves_a_loadable_checkpoint_and_resumes_to_the_same_weights() {
+    let tmp = TempDir::new("train-kill");
+    let data = prepare(&tmp);
+    // A checkpoint every step, so most of the run is spent writing checkpoints and the kill
+    // most likely lands in the middle of one.
+    let recipe_path = tmp.write("r.toml", recipe(Path::new(&data)));
+    let every_step = [
+        "--set",
+        "checkpoint.interval=1",
+        "--set",
+        "train.steps=60",
+        "--set",
+        "eval.interval=60",
+    ];
+    let (a, b) = (tmp.path("a"), tmp.path("b"));
+    let mut args = vec![
+        "train".to_string(),
+        arg(&recipe_path),
+        "--runs-dir".into(),
+        arg(&a),
+    ];
+    args.extend(every_step.iter().map(|s| s.to_string()));
+    toy_ok(&args);
+
+    let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_toy"))
+        .args([
+            "-t",
+            "2",
+            "train",
+            &arg(&recipe_path),
+            "--runs-dir",
+            &arg(&b),
+        ])
+        .args(every_step)
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .expect("start toy train");
+    // Kill it once a few checkpoints exist (SIGKILL: no chance to clean up).
+    let t0 = std::time::Instant::now();
+    loop {
+        let n = std::fs::read_dir(&b)
+            .ok()
+            .and_then(|mut d| d.next())
+            .and_then(|e| e.ok())
+            .map(|run| {
+                std::fs::read_dir(run.path())
+                    .map(|d| {
+                        d.filter(|e| {
+                            e.as_ref()
+                                .is_ok_and(|e| e.path().extension().is_some_and(|x| x == "state"))
+                        })
+                        .count()
+                    })
+                    .unwrap_or(0)
+            })
+            .unwrap_or(0);
+        if n >= 3 || child.try_wait().expect("poll").is_some() {
+            break;
+        }
+        assert!(t0.elapsed().as_secs() < 60, "no checkpoints after 60 s");
+        std::thread::sleep(std::time::Duration::from_millis(5));
+    }
+    let _ = child.kill();
+    child.wait().expect("reap");
+    let run_b = only_run(&b);
+    // Whatever was torn, the newest complete checkpoint loads as a model...
+    let out = toy_ok(&["runs", "--runs-dir", &arg(&b)]);
+    assert!(out.contains("clitest"), "{out}");
+    let mut states: Vec<_> = std::fs::read_dir(&run_b)
+        .expect("run")
+        .map(|e| e.expect("e").path())
+        .filter(|p| p.extension().is_some_and(|x| x == "state"))
+        .collect();
+    states.sort();
+    let newest = states.last().expect("a state file").with_extension("gguf");
+    toy_ok(&[
+        "generate",
+        "-m",
+        &arg(&newest),
+        "-p",
+        "fn",
+        "-n",
+        "2",
+        "-c",
+        "16",
+    ]);
+    // ...and the run resumes to the uninterrupted run's final state.
+    toy_ok(&["train", "--resume", &arg(&run_b)]);
+    let state = |run: &Path| std::fs::read(run.join("ckpt-000060.state")).expect("state");
+    assert!(
+        state(&only_run(&a)) == state(&run_b),
+        "resumed state differs from uninterrupted"
+    );
+}

@@ -7,7 +7,7 @@ mod train_common;
 use toy::tokenizer::Tokenizer;
 use toy::train::bpe::{load_tokenizer, END_OF_TEXT};
 use toy::train::data::{prepare, PrepareOptions, TokenizerChoice};
-use toy::train::shards::{write_shards, Batcher, Dataset, Meta};
+use toy::train::dataset::{write_shards, Batcher, Dataset, Meta};
 use train_common::*;
 
 #[test]

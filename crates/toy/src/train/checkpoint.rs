@@ -11,7 +11,7 @@ use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 
-use super::shards::{sync_dir, tmp_path, ShardError};
+use super::dataset::{sync_dir, tmp_path, ShardError};
 
 const MAGIC: &[u8; 8] = b"TOYSTATE";
 const VERSION: u32 = 1;
@@ -120,7 +120,7 @@ pub fn save_state(path: &Path, s: &TrainState, fault: Fault) -> Result<(), Check
         })?;
         return Err(CheckpointError::SimulatedCrash(tmp));
     }
-    super::shards::write_atomic(path, &out)?;
+    super::dataset::write_atomic(path, &out)?;
     sync_dir(path)?;
     Ok(())
 }

@@ -6,7 +6,7 @@ use std::path::{Path, PathBuf};
 
 use super::bpe::{self, BpeError, END_OF_TEXT};
 use super::corpus::{self, CorpusError};
-use super::shards::{self, Meta, ShardError};
+use super::dataset::{self, Meta, ShardError};
 use crate::tokenizer::{Tokenizer, TokenizerError};
 
 #[derive(Debug, thiserror::Error)]
@@ -67,7 +67,7 @@ pub fn prepare(opts: &PrepareOptions) -> Result<Meta, DataError> {
         .or(spec.eos);
     let tok = Tokenizer::from_spec(spec.clone())?;
     let tokens = encode_documents(&tok, &docs, eot)?;
-    let need = 2 * shards::SPLIT_BLOCK;
+    let need = 2 * dataset::SPLIT_BLOCK;
     if tokens.len() < need {
         return Err(DataError::TooSmall {
             tokens: tokens.len(),
@@ -90,7 +90,7 @@ pub fn prepare(opts: &PrepareOptions) -> Result<Meta, DataError> {
         seed: opts.seed,
         val_fraction: opts.val_fraction,
     };
-    Ok(shards::write_shards(&opts.out, &tokens, meta)?)
+    Ok(dataset::write_shards(&opts.out, &tokens, meta)?)
 }
 
 /// Every document's tokens followed by the separator, documents tokenized in parallel.

@@ -13,13 +13,13 @@ pub mod bpe;
 pub mod checkpoint;
 pub mod corpus;
 pub mod data;
+pub mod dataset;
 pub mod events;
 pub mod export;
 pub mod plot;
 pub mod recipe;
 pub mod rng;
 pub mod run;
-pub mod shards;
 pub mod trainer;
 
 pub use config::{ModelConfig, TrainArch, TrainError};

@@ -4,9 +4,9 @@
 
 use std::path::{Path, PathBuf};
 
+use super::dataset::write_atomic;
 use super::events::{read_events, Event};
 use super::recipe::{Recipe, RecipeError};
-use super::shards::write_atomic;
 
 #[derive(Debug, thiserror::Error)]
 pub enum RunError {

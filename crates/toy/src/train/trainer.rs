@@ -12,11 +12,11 @@ use tinynn::optim::{clip_grad_norm, lr_at, AdamW, AdamWConfig};
 
 use super::checkpoint::{self, CheckpointError, Fault, StateHeader, TrainState};
 use super::data::{self, DataError, PrepareOptions, TokenizerChoice};
+use super::dataset::{Batcher, Dataset, ShardError};
 use super::events::{now, Event, EventLog};
 use super::recipe::Recipe;
 use super::rng::SplitMix64;
 use super::run::RunDir;
-use super::shards::{Batcher, Dataset, ShardError};
 use super::{export, TrainError, TrainModel};
 use crate::tokenizer::{Tokenizer, TokenizerSpec};
 

@@ -1,4 +1,4 @@
-//! Packed token shards, as llm.c and nanoGPT keep their data: every document's tokens
+//! The data set: packed token shards, as llm.c and nanoGPT keep them: every document's tokens
 //! followed by `<|endoftext|>`, concatenated, written as little-endian u16 (vocabularies up to
 //! 65536) or u32, one file per split (`train.bin`, `val.bin`), memory-mapped for reading.
 //! `meta.json` says the token type and counts; `tokenizer.gguf` holds the tokenizer.
