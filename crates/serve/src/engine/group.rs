@@ -56,7 +56,9 @@ impl Group {
             slots,
             scratch,
             buf: Vec::new(),
-            pools: (0..=parallel.max(1).ilog2()).map(|_| Adaptive::new()).collect(),
+            pools: (0..=parallel.max(1).ilog2())
+                .map(|_| Adaptive::new())
+                .collect(),
             chunk: chunk.max(1),
         }
     }
