@@ -26,6 +26,19 @@ pub fn model_path() -> PathBuf {
     path
 }
 
+/// llama.cpp's reference outputs on SmolLM2 (`TOY_GOLDEN` overrides the folder).
+pub fn golden() -> Value {
+    let dir = std::env::var_os("TOY_GOLDEN")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| {
+            PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../../shared/golden")
+        });
+    let p = dir.join("smollm2-135m-q4_1.llama.cpp.json");
+    let text = std::fs::read_to_string(&p)
+        .unwrap_or_else(|e| panic!("reading golden file {} (set TOY_GOLDEN): {e}", p.display()));
+    serde_json::from_str(&text).expect("golden file is JSON")
+}
+
 /// A fresh empty directory under the system temp dir.
 pub fn temp_dir(tag: &str) -> PathBuf {
     static N: AtomicUsize = AtomicUsize::new(0);
@@ -159,6 +172,13 @@ pub async fn metric(s: &Server, line_prefix: &str) -> f64 {
         .and_then(|l| l.rsplit(' ').next())
         .and_then(|v| v.parse().ok())
         .unwrap_or_else(|| panic!("no metric {line_prefix} in:\n{text}"))
+}
+
+/// Whether this CPU runs the integer kernels (VNNI tiles, fast Q4_1 rows) whose sums do
+/// not depend on how tokens are batched: only there are batched and lone outputs
+/// promised to be bit-identical (as `Model::forward_multi` documents).
+pub fn exact_kernels() -> bool {
+    tinynn::kernels::qgemm::has_vnni() && tinynn::kernels::qdot::has_fast_q4_1()
 }
 
 /// A greedy chat request of one user message.
