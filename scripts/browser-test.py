@@ -52,11 +52,13 @@ def wait_for(pred, timeout, what, interval=0.05):
     raise AssertionError(f"timed out after {timeout}s waiting for {what} (last: {last!r})")
 
 
-def write_events(path, steps, evals, start=1):
-    """Append `steps` step lines from step `start` and an eval line every steps/evals steps."""
+def write_events(path, steps, evals, start=1, resume=False):
+    """Append `steps` step lines from step `start` and an eval line every steps/evals steps; a
+    run_start first when the run starts (start 1) or resumes from the checkpoint at start - 1."""
     lines = []
-    if start == 1:
-        lines.append({"type": "run_start", "time": time.time(), "config": {"model": "fake", "lr": 1e-3}})
+    if start == 1 or resume:
+        lines.append({"type": "run_start", "time": time.time(), "config": {"model": "fake", "lr": 1e-3},
+                      "start_step": start - 1})
     every = max(1, steps // max(1, evals))
     for s in range(start, start + steps):
         loss = 4.0 * (0.97 ** s) + 1.0
@@ -318,6 +320,18 @@ def main():
             assert "step 60" in summary, summary
             screenshot("runs-updated.png")
         checks.run("the chart updates while the run trains", runs_update)
+
+        def runs_resume():
+            # resumed from the checkpoint at step 50: steps 51..60 and the eval at 60 are written again
+            write_events(events, steps=10, evals=1, start=51, resume=True)
+            with open(events, "a") as f:
+                f.write(json.dumps({"type": "run_end", "step": 60, "status": "done"}) + "\n")
+            want = n_points + 22  # the same points: the repeated steps replace the old ones
+            wait_for(lambda: "ended: done" in b.js("document.querySelector('#run-summary').textContent"), 10,
+                     "the run_end in the summary")
+            points = int(b.js("document.querySelector('#loss-chart').dataset.points"))
+            assert points == want, f"{points} points drawn after a resume, expected {want}"
+        checks.run("a resumed run replaces the repeated steps", runs_resume)
 
         def serve_run_shows_requests():
             # the server's own telemetry run (runs/serve-<time>/) holds a line per request made above
