@@ -30,7 +30,7 @@ pub struct Group {
     /// Reused copy of one row of logits for sampling with bias or penalties.
     buf: Vec<f32>,
     /// Decode steps move to one thread while another process holds a core; one chooser per
-    /// batch size, since it compares timings of like jobs.
+    /// power-of-two batch size (1, 2-3, 4-7, ...), since it compares timings of like jobs.
     pools: Vec<Adaptive>,
     chunk: usize,
 }
@@ -56,7 +56,7 @@ impl Group {
             slots,
             scratch,
             buf: Vec::new(),
-            pools: (0..parallel.max(1)).map(|_| Adaptive::new()).collect(),
+            pools: (0..=parallel.max(1).ilog2()).map(|_| Adaptive::new()).collect(),
             chunk: chunk.max(1),
         }
     }
@@ -275,7 +275,7 @@ impl Group {
             return Ok(0);
         }
         let m = &model.model;
-        let pool = &mut pools[tokens.len() - 1];
+        let pool = &mut pools[tokens.len().ilog2() as usize];
         let logits = pool.run(|| m.forward_multi(scratch, &mut caches, &tokens).map(|_| ()));
         drop(caches);
         logits?;

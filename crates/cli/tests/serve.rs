@@ -1,0 +1,96 @@
+//! `toy serve` end to end: the built binary starts, prints its URL, answers over HTTP, and
+//! refuses to start on a missing model with a clear error.
+
+mod common;
+
+use common::model;
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::TcpStream;
+use std::process::{Child, Command, Stdio};
+
+/// The server process, killed when the test ends however it ends.
+struct Running(Child);
+
+impl Drop for Running {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// One HTTP/1.1 exchange; returns the status and the body.
+fn http(addr: &str, method: &str, path: &str, body: &str) -> (u16, String) {
+    let mut s = TcpStream::connect(addr).expect("connects");
+    write!(
+        s,
+        "{method} {path} HTTP/1.1\r\nHost: {addr}\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+        body.len()
+    )
+    .unwrap();
+    let mut out = String::new();
+    s.read_to_string(&mut out).expect("reads the answer");
+    let status = out
+        .split(' ')
+        .nth(1)
+        .and_then(|c| c.parse().ok())
+        .unwrap_or_else(|| panic!("no status line in {out:?}"));
+    let body = out.split_once("\r\n\r\n").map_or("", |x| x.1).to_string();
+    (status, body)
+}
+
+#[test]
+fn serve_prints_its_url_and_answers_openai_requests() {
+    let runs = std::env::temp_dir().join(format!("toy-cli-serve-{}", std::process::id()));
+    let mut child = Command::new(env!("CARGO_BIN_EXE_toy"))
+        .args([
+            "-t",
+            "2",
+            "serve",
+            "-m",
+            &model(),
+            "--port",
+            "0",
+            "--parallel",
+            "2",
+        ])
+        .arg("--runs-dir")
+        .arg(&runs)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("toy serve starts");
+    let stdout = child.stdout.take().unwrap();
+    let server = Running(child);
+    let mut line = String::new();
+    BufReader::new(stdout).read_line(&mut line).unwrap();
+    let addr = line
+        .split("http://")
+        .nth(1)
+        .and_then(|r| r.split('/').next())
+        .unwrap_or_else(|| panic!("no URL in {line:?}"))
+        .to_string();
+    assert!(addr.starts_with("127.0.0.1:"), "binds loopback: {line}");
+    assert_eq!(http(&addr, "GET", "/health", "").0, 200);
+    let body = r#"{"messages":[{"role":"user","content":"Hi"}],"max_tokens":3,"temperature":0}"#;
+    let (status, answer) = http(&addr, "POST", "/v1/chat/completions", body);
+    assert_eq!(status, 200, "{answer}");
+    let v: serde_json::Value = serde_json::from_str(&answer).expect("JSON answer");
+    assert_eq!(v["object"], "chat.completion");
+    assert_eq!(v["usage"]["completion_tokens"], 3);
+    drop(server);
+    let _ = std::fs::remove_dir_all(runs);
+}
+
+#[test]
+fn serve_without_its_model_fails_clearly() {
+    let out = Command::new(env!("CARGO_BIN_EXE_toy"))
+        .args(["serve", "-m", "no/such/model.gguf", "--port", "0"])
+        .output()
+        .expect("runs");
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("no/such/model.gguf") && err.contains("not found"),
+        "{err}"
+    );
+}
