@@ -146,6 +146,7 @@ class Checks:
     def __init__(self):
         self.passed = 0
         self.failed = 0
+        self.on_fail = None  # called with a file name after a failure (a screenshot)
 
     def run(self, name, fn):
         t0 = time.time()
@@ -156,6 +157,8 @@ class Checks:
         except Exception as e:  # noqa: BLE001 - every failure is reported, then the next check runs
             self.failed += 1
             print(f"FAIL {name}: {type(e).__name__}: {e}", flush=True)
+            if self.on_fail:
+                self.on_fail(f"fail-{self.failed}.png")
 
 
 def main():
@@ -164,7 +167,8 @@ def main():
     ap.add_argument("--model", default="models/SmolLM2-135M-Instruct.Q4_1.gguf")
     ap.add_argument("--server", help="server command instead of toy serve; {port} and {runs} are filled in")
     ap.add_argument("--chromium", default=shutil.which("chromium") or shutil.which("chromium-browser"))
-    ap.add_argument("--screenshots", default="target/browser-test", help="where to save screenshots")
+    ap.add_argument("--screenshots", default="target/browser-test",
+                    help="where to save screenshots (also one per failed check)")
     args = ap.parse_args()
     if not args.chromium:
         print("browser: chromium not found (apt-get install -y chromium)", file=sys.stderr)
@@ -205,6 +209,8 @@ def main():
         for domain in ("Page", "Runtime", "Network"):
             b.cmd(domain + ".enable")
         os.makedirs(args.screenshots, exist_ok=True)
+        for old in Path(args.screenshots).glob("fail-*.png"):
+            old.unlink()
 
         def screenshot(name):
             png = base64.b64decode(b.cmd("Page.captureScreenshot", format="png")["data"])
@@ -220,6 +226,14 @@ def main():
             models = wait_for(lambda: b.js("[...document.querySelectorAll('#model option')].map(o => o.value)"),
                               10, "the model picker to fill from /v1/models")
             assert all(models), models
+        def screenshot_quietly(name):
+            try:
+                screenshot(name)
+                print(f"     screenshot: {os.path.join(args.screenshots, name)}")
+            except Exception as e:  # noqa: BLE001 - a failed screenshot must not hide the failure
+                print(f"     (no screenshot: {e})")
+        checks.on_fail = screenshot_quietly
+
         checks.run("page loads and the model picker fills from /v1/models", page_loads)
 
         answers = []
