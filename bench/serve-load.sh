@@ -12,9 +12,8 @@ PY=$(bash scripts/serve-pyenv.sh)
 cargo build --release --quiet -p toy-cli
 runs=$(mktemp -d)
 source scripts/serve-lib.sh
+trap 'serve_stop; rm -rf "$runs"' EXIT
 serve_start -m "$model" --parallel "${PARALLEL:-8}" --runs-dir "$runs" ${SERVE_ARGS:-}
 status=0
 "$PY" bench/serve-load.py --base-url "$serve_url" --pid "$serve_pid" "$@" || status=$?
-serve_stop
-rm -rf "$runs"
 exit "$status"

@@ -52,11 +52,13 @@ def wait_for(pred, timeout, what, interval=0.05):
     raise AssertionError(f"timed out after {timeout}s waiting for {what} (last: {last!r})")
 
 
-def write_events(path, steps, evals, start=1):
-    """Append `steps` step lines from step `start` and an eval line every steps/evals steps."""
+def write_events(path, steps, evals, start=1, resume=False):
+    """Append `steps` step lines from step `start` and an eval line every steps/evals steps; a
+    run_start first when the run starts (start 1) or resumes from the checkpoint at start - 1."""
     lines = []
-    if start == 1:
-        lines.append({"type": "run_start", "time": time.time(), "config": {"model": "fake", "lr": 1e-3}})
+    if start == 1 or resume:
+        lines.append({"type": "run_start", "time": time.time(), "config": {"model": "fake", "lr": 1e-3},
+                      "start_step": start - 1})
     every = max(1, steps // max(1, evals))
     for s in range(start, start + steps):
         loss = 4.0 * (0.97 ** s) + 1.0
@@ -144,6 +146,7 @@ class Checks:
     def __init__(self):
         self.passed = 0
         self.failed = 0
+        self.on_fail = None  # called with a file name after a failure (a screenshot)
 
     def run(self, name, fn):
         t0 = time.time()
@@ -154,6 +157,8 @@ class Checks:
         except Exception as e:  # noqa: BLE001 - every failure is reported, then the next check runs
             self.failed += 1
             print(f"FAIL {name}: {type(e).__name__}: {e}", flush=True)
+            if self.on_fail:
+                self.on_fail(f"fail-{self.failed}.png")
 
 
 def main():
@@ -162,7 +167,8 @@ def main():
     ap.add_argument("--model", default="models/SmolLM2-135M-Instruct.Q4_1.gguf")
     ap.add_argument("--server", help="server command instead of toy serve; {port} and {runs} are filled in")
     ap.add_argument("--chromium", default=shutil.which("chromium") or shutil.which("chromium-browser"))
-    ap.add_argument("--screenshots", default="target/browser-test", help="where to save screenshots")
+    ap.add_argument("--screenshots", default="target/browser-test",
+                    help="where to save screenshots (also one per failed check)")
     args = ap.parse_args()
     if not args.chromium:
         print("browser: chromium not found (apt-get install -y chromium)", file=sys.stderr)
@@ -203,6 +209,8 @@ def main():
         for domain in ("Page", "Runtime", "Network"):
             b.cmd(domain + ".enable")
         os.makedirs(args.screenshots, exist_ok=True)
+        for old in Path(args.screenshots).glob("fail-*.png"):
+            old.unlink()
 
         def screenshot(name):
             png = base64.b64decode(b.cmd("Page.captureScreenshot", format="png")["data"])
@@ -218,6 +226,14 @@ def main():
             models = wait_for(lambda: b.js("[...document.querySelectorAll('#model option')].map(o => o.value)"),
                               10, "the model picker to fill from /v1/models")
             assert all(models), models
+        def screenshot_quietly(name):
+            try:
+                screenshot(name)
+                print(f"     screenshot: {os.path.join(args.screenshots, name)}")
+            except Exception as e:  # noqa: BLE001 - a failed screenshot must not hide the failure
+                print(f"     (no screenshot: {e})")
+        checks.on_fail = screenshot_quietly
+
         checks.run("page loads and the model picker fills from /v1/models", page_loads)
 
         answers = []
@@ -318,6 +334,18 @@ def main():
             assert "step 60" in summary, summary
             screenshot("runs-updated.png")
         checks.run("the chart updates while the run trains", runs_update)
+
+        def runs_resume():
+            # resumed from the checkpoint at step 50: steps 51..60 and the eval at 60 are written again
+            write_events(events, steps=10, evals=1, start=51, resume=True)
+            with open(events, "a") as f:
+                f.write(json.dumps({"type": "run_end", "step": 60, "status": "done"}) + "\n")
+            want = n_points + 22  # the same points: the repeated steps replace the old ones
+            wait_for(lambda: "ended: done" in b.js("document.querySelector('#run-summary').textContent"), 10,
+                     "the run_end in the summary")
+            points = int(b.js("document.querySelector('#loss-chart').dataset.points"))
+            assert points == want, f"{points} points drawn after a resume, expected {want}"
+        checks.run("a resumed run replaces the repeated steps", runs_resume)
 
         def serve_run_shows_requests():
             # the server's own telemetry run (runs/serve-<time>/) holds a line per request made above

@@ -1,5 +1,6 @@
 # Shell helpers for the serve test runners (sourced): start `toy serve` on a free loopback port and stop it.
-# serve_start ARGS... sets $serve_pid and $serve_url and waits (up to 120 s) for GET /health to answer 200.
+# serve_start ARGS... sets $serve_pid and $serve_url and waits (up to 120 s) for GET /health to answer 200;
+# the caller sets `trap serve_stop EXIT` (plus its own cleanup) first.
 serve_start() {
   local py=${PY:-python3}
   local port
@@ -7,7 +8,6 @@ serve_start() {
   serve_url="http://127.0.0.1:$port"
   target/release/toy serve --port "$port" "$@" &
   serve_pid=$!
-  trap serve_stop EXIT
   local i
   for i in $(seq 1 600); do
     if ! kill -0 "$serve_pid" 2>/dev/null; then

@@ -12,6 +12,7 @@ Prints `serve-openai: N passed, M failed`; exits 1 on any failure.
 """
 import argparse
 import base64
+import concurrent.futures
 import math
 import struct
 import sys
@@ -164,6 +165,27 @@ def main():
         assert texts[0] == texts[1] == client.chat.completions.create(
             model=model, messages=CHAT, max_tokens=6, temperature=0).choices[0].message.content, texts
 
+    def seeded_sampling_is_the_same_alone_and_in_a_batch():
+        kw = {"model": model, "max_tokens": 24, "temperature": 0.9, "top_p": 0.95}
+        alone = client.chat.completions.create(messages=CHAT, seed=99, **kw).choices[0].message.content
+        others = [[{"role": "user", "content": f"Tell me about the number {i}."}] for i in range(5)]
+        with concurrent.futures.ThreadPoolExecutor(6) as pool:
+            futs = [pool.submit(client.chat.completions.create, messages=m, seed=i, **kw) for i, m in enumerate(others)]
+            batched = pool.submit(client.chat.completions.create, messages=CHAT, seed=99, **kw)
+            texts = [f.result().choices[0].message.content for f in futs]
+        assert all(texts), texts
+        assert batched.result().choices[0].message.content == alone, (batched.result().choices[0].message.content, alone)
+
+    def multi_turn_chat_reuses_the_cached_prefix():
+        first = client.chat.completions.create(model=model, messages=CHAT, max_tokens=16, temperature=0)
+        turn2 = CHAT + [{"role": "assistant", "content": first.choices[0].message.content},
+                        {"role": "user", "content": "And one about the mountains."}]
+        second = client.chat.completions.create(model=model, messages=turn2, max_tokens=8, temperature=0)
+        details = second.usage.prompt_tokens_details
+        cached = details.cached_tokens if details else None
+        assert cached and first.usage.prompt_tokens <= cached < second.usage.prompt_tokens, \
+            f"cached_tokens {cached}, first prompt {first.usage.prompt_tokens}, second {second.usage.prompt_tokens}"
+
     def chat_logprobs():
         r = client.chat.completions.create(model=model, messages=CHAT, max_tokens=8, temperature=0, logprobs=True,
                                            top_logprobs=3)
@@ -270,7 +292,8 @@ def main():
                   chat_streaming_with_include_usage, chat_streaming_without_include_usage_sends_no_usage,
                   chat_max_tokens_ends_with_length, chat_stop_string_is_not_leaked,
                   chat_streaming_holds_back_the_stop_string, different_seeds_sample_differently,
-                  streamed_text_equals_non_streamed_with_non_ascii, chat_streaming_n_choices, chat_logprobs,
+                  streamed_text_equals_non_streamed_with_non_ascii, chat_streaming_n_choices,
+                  seeded_sampling_is_the_same_alone_and_in_a_batch, multi_turn_chat_reuses_the_cached_prefix, chat_logprobs,
                   chat_n_choices,
                   completions_with_logprobs_and_echo, completions_prompt_list_and_token_ids,
                   embeddings_float_and_base64, unknown_model_is_not_found, bad_input_is_a_bad_request):

@@ -10,9 +10,8 @@ PY=$(bash scripts/serve-pyenv.sh)
 cargo build --release --quiet -p toy-cli
 runs=$(mktemp -d)
 source scripts/serve-lib.sh
+trap 'serve_stop; rm -rf "$runs"' EXIT
 serve_start -m "$model" --runs-dir "$runs"
 status=0
 "$PY" scripts/serve-openai-test.py --base-url "$serve_url" || status=$?
-serve_stop
-rm -rf "$runs"
 exit "$status"
