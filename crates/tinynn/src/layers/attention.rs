@@ -180,18 +180,20 @@ mod tests {
 
     #[test]
     fn attention_forward_matches_naive_softmax() {
-        // t > QB exercises several query tiles and the causal mask inside a tile
-        let a = Attention::new(4, 2, 8);
-        let (b, t) = (2, 70);
-        let qkv: Vec<f32> = test_data(b * t * a.qkv_width(), 1)
-            .iter()
-            .map(|v| 2.0 * v)
-            .collect();
-        let (mut out, mut lse) = (vec![0.0; b * t * 32], vec![0.0; b * 4 * t]);
-        a.forward(&qkv, &mut out, &mut lse, b, t);
-        let want = naive(&a, &qkv, b, t);
-        for (x, y) in out.iter().zip(&want) {
-            assert!((*x as f64 - y).abs() < 1e-5, "{x} vs {y}");
+        // t = 20: one query tile; t = 70 > QB: several, and the causal mask inside a tile
+        for t in [20, 70] {
+            let a = Attention::new(4, 2, 8);
+            let b = 2;
+            let qkv: Vec<f32> = test_data(b * t * a.qkv_width(), 1)
+                .iter()
+                .map(|v| 2.0 * v)
+                .collect();
+            let (mut out, mut lse) = (vec![0.0; b * t * 32], vec![0.0; b * 4 * t]);
+            a.forward(&qkv, &mut out, &mut lse, b, t);
+            let want = naive(&a, &qkv, b, t);
+            for (x, y) in out.iter().zip(&want) {
+                assert!((*x as f64 - y).abs() < 1e-5, "t = {t}: {x} vs {y}");
+            }
         }
     }
 

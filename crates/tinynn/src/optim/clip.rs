@@ -4,15 +4,20 @@
 use super::CHUNK;
 use rayon::prelude::*;
 
-/// The L2 norm of all grads, summed per chunk in f64 and the chunks in order (deterministic).
+/// The L2 norm of all grads: chunk sums in f64, added up a binary tree whose shape depends
+/// on the length alone (deterministic on any thread count, and nothing allocated).
 pub fn grad_norm(grads: &[f32]) -> f32 {
-    if grads.len() <= CHUNK {
-        return sum_sq(grads).sqrt() as f32;
+    tree_sum_sq(grads).sqrt() as f32
+}
+
+fn tree_sum_sq(x: &[f32]) -> f64 {
+    if x.len() <= CHUNK {
+        return sum_sq(x);
     }
-    // rayon's own sum would add in an order that depends on work stealing; one f64 per chunk
-    // (a few hundred bytes for millions of params) keeps the order fixed
-    let parts: Vec<f64> = grads.par_chunks(CHUNK).map(sum_sq).collect();
-    parts.iter().sum::<f64>().sqrt() as f32
+    let mid = x.len().div_ceil(2 * CHUNK) * CHUNK;
+    let (a, b) = x.split_at(mid);
+    let (sa, sb) = rayon::join(|| tree_sum_sq(a), || tree_sum_sq(b));
+    sa + sb
 }
 
 fn sum_sq(x: &[f32]) -> f64 {

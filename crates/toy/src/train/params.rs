@@ -11,6 +11,7 @@ use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use std::ops::Range;
 
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub struct ParamInfo {
     /// GGUF tensor name, e.g. "blk.0.attn_q.weight".
     pub name: String,
