@@ -21,7 +21,7 @@
 # with flash attention, the attention path toy's inference follows. Not part of CI.
 #
 # Environment: THREADS (2), STEPS_TINY (300), STEPS_SMALL (40), LLAMA_STEPS (300),
-# SKIP_LLAMA_CPP (0), TORCH_VERSION (2.15.0), OMP_WAIT_POLICY (passive for PyTorch: its default
+# SKIP_LLAMA_CPP (0), SKIP_COMPARE (0: 1 runs only the llama.cpp check), TORCH_VERSION (2.15.0), OMP_WAIT_POLICY (passive for PyTorch: its default
 # spin-waiting collapses when other processes share the cores). Results: target/bench-pytorch/*.json.
 set -euo pipefail
 
@@ -33,6 +33,7 @@ STEPS_TINY=${STEPS_TINY:-300}
 STEPS_SMALL=${STEPS_SMALL:-40}
 LLAMA_STEPS=${LLAMA_STEPS:-300}
 SKIP_LLAMA_CPP=${SKIP_LLAMA_CPP:-0}
+SKIP_COMPARE=${SKIP_COMPARE:-0}
 TORCH_VERSION=${TORCH_VERSION:-2.15.0}
 readonly LLAMA_CPP_PY=0.3.36
 
@@ -42,6 +43,7 @@ work="$root/target/bench-pytorch"
 toy="$root/target/release/toy"
 configs=("$@")
 [ ${#configs[@]} -eq 0 ] && configs=(tiny small)
+[ "$SKIP_COMPARE" = 1 ] && configs=()
 
 log() { printf '[%s] %s\n' "$(date +%H:%M:%S)" "$*" >&2; }
 die() { log "ERROR: $*"; exit 1; }
@@ -83,7 +85,7 @@ data_for() {
 }
 
 status=0
-for cfg in "${configs[@]}"; do
+for cfg in "${configs[@]+"${configs[@]}"}"; do
     recipe="recipes/$cfg.toml"
     [ -f "$recipe" ] || die "no recipe $recipe"
     case $cfg in tiny) steps=$STEPS_TINY ;; small) steps=$STEPS_SMALL ;; *) steps=$STEPS_TINY ;; esac

@@ -7,6 +7,7 @@
 //! and the state last, each to a temporary name, fsynced and renamed: a state file that
 //! exists and checks out marks a complete checkpoint.
 
+use std::io::Write;
 use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
@@ -68,7 +69,7 @@ pub struct TrainState {
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Fault {
     None,
-    /// Write half the temporary file, then stop as a killed process would: no rename.
+    /// Write part of the temporary file, then stop as a killed process would: no rename.
     CrashMidWrite,
 }
 
@@ -80,8 +81,9 @@ pub fn state_name(step: usize) -> String {
     format!("ckpt-{step:06}.state")
 }
 
-fn fnv1a(bytes: &[u8]) -> u64 {
-    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+const FNV_OFFSET: u64 = 0xcbf2_9ce4_8422_2325;
+
+fn fnv1a_from(mut h: u64, bytes: &[u8]) -> u64 {
     for &b in bytes {
         h ^= u64::from(b);
         h = h.wrapping_mul(0x0100_0000_01b3);
@@ -89,38 +91,89 @@ fn fnv1a(bytes: &[u8]) -> u64 {
     h
 }
 
-fn put_f32s(out: &mut Vec<u8>, xs: &[f32]) {
-    for x in xs {
-        out.extend_from_slice(&x.to_le_bytes());
+fn fnv1a(bytes: &[u8]) -> u64 {
+    fnv1a_from(FNV_OFFSET, bytes)
+}
+
+/// The state to save, borrowed from the live model and optimizer (no copy of the arrays).
+pub struct StateView<'a> {
+    pub header: StateHeader,
+    pub params: &'a [f32],
+    pub m: &'a [f32],
+    pub v: &'a [f32],
+}
+
+/// Forwards writes and keeps the FNV-1a hash of everything written.
+struct Hashing<W: Write> {
+    inner: W,
+    hash: u64,
+}
+
+impl<W: Write> Write for Hashing<W> {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        let n = self.inner.write(buf)?;
+        self.hash = fnv1a_from(self.hash, &buf[..n]);
+        Ok(n)
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        self.inner.flush()
     }
 }
 
-/// Writes `s` to `path` atomically (temporary name, fsync, rename, fsync of the folder).
-pub fn save_state(path: &Path, s: &TrainState, fault: Fault) -> Result<(), CheckpointError> {
+fn put_f32s(w: &mut impl Write, xs: &[f32]) -> std::io::Result<()> {
+    let mut buf = Vec::with_capacity(4 * 4096);
+    for chunk in xs.chunks(4096) {
+        buf.clear();
+        chunk
+            .iter()
+            .for_each(|x| buf.extend_from_slice(&x.to_le_bytes()));
+        w.write_all(&buf)?;
+    }
+    Ok(())
+}
+
+/// Writes `s` to `path` atomically (temporary name, fsync, rename, fsync of the folder),
+/// streaming the arrays rather than building the file in memory.
+pub fn save_state(path: &Path, s: &StateView, fault: Fault) -> Result<(), CheckpointError> {
+    let tmp = tmp_path(path);
+    let io = |p: &Path| {
+        let p = p.to_path_buf();
+        move |source| CheckpointError::Io { path: p, source }
+    };
     let header = serde_json::to_vec(&s.header).map_err(|e| CheckpointError::Bad {
         path: path.to_path_buf(),
         why: e.to_string(),
     })?;
-    let mut out = Vec::with_capacity(16 + header.len() + 12 * s.params.len() + 8);
-    out.extend_from_slice(MAGIC);
-    out.extend_from_slice(&VERSION.to_le_bytes());
-    out.extend_from_slice(&(header.len() as u32).to_le_bytes());
-    out.extend_from_slice(&header);
-    put_f32s(&mut out, &s.params);
-    put_f32s(&mut out, &s.m);
-    put_f32s(&mut out, &s.v);
-    let sum = fnv1a(&out);
-    out.extend_from_slice(&sum.to_le_bytes());
-    if fault == Fault::CrashMidWrite {
-        let tmp = tmp_path(path);
-        let half = &out[..out.len() / 2];
-        std::fs::write(&tmp, half).map_err(|source| CheckpointError::Io {
-            path: tmp.clone(),
-            source,
-        })?;
+    let file = std::fs::File::create(&tmp).map_err(io(&tmp))?;
+    let mut w = Hashing {
+        inner: std::io::BufWriter::new(file),
+        hash: FNV_OFFSET,
+    };
+    let mut body = || -> std::io::Result<bool> {
+        w.write_all(MAGIC)?;
+        w.write_all(&VERSION.to_le_bytes())?;
+        w.write_all(&(header.len() as u32).to_le_bytes())?;
+        w.write_all(&header)?;
+        put_f32s(&mut w, s.params)?;
+        if fault == Fault::CrashMidWrite {
+            // Stop as a killed process would: part of the file written, never renamed.
+            w.flush()?;
+            return Ok(false);
+        }
+        put_f32s(&mut w, s.m)?;
+        put_f32s(&mut w, s.v)?;
+        let sum = w.hash;
+        w.write_all(&sum.to_le_bytes())?;
+        w.flush()?;
+        Ok(true)
+    };
+    if !body().map_err(io(&tmp))? {
         return Err(CheckpointError::SimulatedCrash(tmp));
     }
-    super::dataset::write_atomic(path, &out)?;
+    let file = w.inner.into_inner().map_err(|e| io(&tmp)(e.into_error()))?;
+    file.sync_all().map_err(io(&tmp))?;
+    drop(file);
+    std::fs::rename(&tmp, path).map_err(io(path))?;
     sync_dir(path)?;
     Ok(())
 }

@@ -14,6 +14,7 @@ pub mod checkpoint;
 pub mod corpus;
 pub mod data;
 pub mod dataset;
+pub mod evaluate;
 pub mod events;
 pub mod export;
 pub mod plot;

@@ -10,9 +10,10 @@ use std::time::Instant;
 
 use tinynn::optim::{clip_grad_norm, lr_at, AdamW, AdamWConfig};
 
-use super::checkpoint::{self, CheckpointError, Fault, StateHeader, TrainState};
+use super::checkpoint::{self, CheckpointError, Fault, StateHeader, StateView};
 use super::data::{self, DataError, PrepareOptions, TokenizerChoice};
 use super::dataset::{Batcher, Dataset, ShardError};
+use super::evaluate::{eval_loss, sample};
 use super::events::{now, Event, EventLog};
 use super::recipe::Recipe;
 use super::rng::SplitMix64;
@@ -131,186 +132,229 @@ pub fn train(
     hooks: &Hooks,
     observe: &mut dyn FnMut(&Event),
 ) -> Result<Outcome, TrainRunError> {
-    let ds = ensure_data(recipe)?;
-    let spec: TokenizerSpec = super::bpe::load_tokenizer(&ds.tokenizer_path())?;
-    let tok = Tokenizer::from_spec(spec.clone())?;
-    let cfg = recipe.model_config();
-    let (b, t, accum) = (recipe.train.batch, cfg.ctx, recipe.train.grad_accum);
-    let o = &recipe.optim;
-    let adam_cfg = AdamWConfig {
-        beta1: o.beta1,
-        beta2: o.beta2,
-        eps: o.eps,
-        weight_decay: o.weight_decay,
-    };
-
-    let mut batcher = Batcher::new(recipe.train.seed ^ 0xDA7A, b, t);
-    let (mut model, mut opt, start) = if resume {
-        let (step, path) = checkpoint::latest(&run.path)?;
-        let s = checkpoint::load_state(&path)?;
-        let model = TrainModel::from_params(cfg.clone(), b, s.params)?;
-        let mut opt = AdamW::new(model.params.len(), adam_cfg);
-        opt.m = s.m;
-        opt.v = s.v;
-        opt.t = s.header.adam_t;
-        batcher.rng = SplitMix64::new(s.header.data_rng);
-        (model, opt, step)
-    } else {
-        let model = TrainModel::try_init(cfg.clone(), b, recipe.train.seed)?;
-        let opt = AdamW::new(model.params.len(), adam_cfg);
-        (model, opt, 0)
-    };
-    let decay = model.decay_ranges();
-
-    let events_path = run.events_path();
-    let io_err = |source| TrainRunError::Io {
-        path: events_path.clone(),
-        source,
-    };
-    let mut log = EventLog::append(&events_path).map_err(io_err)?;
-    let mut emit = |log: &mut EventLog, e: Event| -> Result<(), TrainRunError> {
-        log.write(&e).map_err(|source| TrainRunError::Io {
-            path: log.path().to_path_buf(),
-            source,
-        })?;
-        observe(&e);
-        Ok(())
-    };
-    let config = serde_json::to_value(recipe).unwrap_or(serde_json::Value::Null);
-    emit(
-        &mut log,
-        Event::RunStart {
-            config,
-            time: now(),
-            start_step: start,
-        },
-    )?;
-
+    let mut s = Session::open(run, recipe, resume, observe)?;
     let total = recipe.train.steps;
-    let mut last_checkpoint = checkpoint::latest(&run.path)
-        .ok()
-        .map(|(s, _)| run.path.join(checkpoint::gguf_name(s)));
-    let mut last_loss = f32::NAN;
-    for step in start + 1..=total {
+    for step in s.start + 1..=total {
         if hooks.poison_at == Some(step) {
-            model.params[0] = f32::NAN;
+            s.model.params[0] = f32::NAN;
         }
-        let t0 = Instant::now();
-        // One optimizer step: accumulate the gradient of `accum` batches, then update.
-        model.zero_grad();
-        let mut loss = 0.0;
-        let scale = 1.0 / accum as f32;
-        for _ in 0..accum {
-            batcher.next(&ds.train);
-            let (x, y) = (&batcher.inputs, &batcher.targets);
-            loss += model.forward_backward_scaled(x, y, b, t, scale);
-        }
-        loss /= accum as f32;
-        let fail = |what, value| {
-            let status = format!("failed: {what} is {value} at step {step}");
-            (
-                TrainRunError::NonFinite {
-                    what,
-                    value,
-                    step,
-                    last_checkpoint: last_checkpoint.clone(),
-                },
-                status,
-            )
-        };
-        if !loss.is_finite() {
-            let (err, status) = fail("the training loss", loss);
-            emit(&mut log, Event::RunEnd { step, status })?;
-            return Err(err);
-        }
-        let grad_norm = clip_grad_norm(&mut model.grads, o.grad_clip);
-        if !grad_norm.is_finite() {
-            let (err, status) = fail("the gradient norm", grad_norm);
-            emit(&mut log, Event::RunEnd { step, status })?;
-            return Err(err);
-        }
-        let lr = lr_at(step - 1, o.warmup, total, o.lr, o.min_lr);
-        opt.step(&mut model.params, &model.grads, lr, &decay);
-        let secs = t0.elapsed().as_secs_f64();
-        last_loss = loss;
-        emit(
-            &mut log,
-            Event::Step {
-                step,
-                loss,
-                lr,
-                grad_norm,
-                tok_s: (b * t * accum) as f64 / secs.max(1e-9),
-                time: now(),
-            },
-        )?;
-
+        s.step(step)?;
         if step % recipe.eval.interval == 0 || step == total {
-            let val_loss = eval_loss(&mut model, &ds, recipe);
-            let sample = sample(&mut model, &tok, recipe, step);
-            emit(
-                &mut log,
-                Event::Eval {
-                    step,
-                    val_loss,
-                    sample,
-                },
-            )?;
+            s.evaluate(step)?;
         }
         if step % recipe.checkpoint.interval == 0 || step == total {
-            if let Some(i) = model.params.iter().position(|p| !p.is_finite()) {
-                let (err, status) = fail("a parameter", model.params[i]);
-                emit(&mut log, Event::RunEnd { step, status })?;
-                return Err(err);
-            }
             let fault = if hooks.crash_checkpoint_at == Some(step) {
                 Fault::CrashMidWrite
             } else {
                 Fault::None
             };
-            let state = TrainState {
-                header: StateHeader {
-                    step,
-                    adam_t: opt.t,
-                    data_rng: batcher.rng.state,
-                    n_params: model.params.len() as u64,
-                },
-                params: model.params.clone(),
-                m: opt.m.clone(),
-                v: opt.v.clone(),
-            };
-            let path = save_checkpoint(&run.path, &run.id, &model, &spec, &state, fault)?;
-            emit(
-                &mut log,
-                Event::Checkpoint {
-                    step,
-                    path: path.display().to_string(),
-                },
-            )?;
-            last_checkpoint = Some(path);
+            s.checkpoint(step, fault)?;
         }
         if hooks.stop_after == Some(step) && step < total {
-            return Ok(Outcome {
-                steps_done: step,
-                last_loss,
-                last_checkpoint,
-                finished: false,
-            });
+            return Ok(s.outcome(step, false));
         }
     }
-    emit(
-        &mut log,
-        Event::RunEnd {
-            step: total,
-            status: "done".into(),
-        },
-    )?;
-    Ok(Outcome {
-        steps_done: total,
-        last_loss,
-        last_checkpoint,
-        finished: true,
-    })
+    let status = "done".to_string();
+    s.emit(Event::RunEnd {
+        step: total,
+        status,
+    })?;
+    Ok(s.outcome(total, true))
+}
+
+/// Everything one call of [`train`] works with.
+struct Session<'a> {
+    run: &'a RunDir,
+    recipe: &'a Recipe,
+    ds: Dataset,
+    spec: TokenizerSpec,
+    tok: Tokenizer,
+    model: TrainModel,
+    opt: AdamW,
+    batcher: Batcher,
+    decay: Vec<std::ops::Range<usize>>,
+    /// Steps done before this call.
+    start: usize,
+    log: EventLog,
+    observe: &'a mut dyn FnMut(&Event),
+    last_loss: f32,
+    last_checkpoint: Option<PathBuf>,
+}
+
+impl<'a> Session<'a> {
+    /// The data, the tokenizer, and the model, optimizer and batch generator, fresh or as the
+    /// newest checkpoint left them; logs `run_start`.
+    fn open(
+        run: &'a RunDir,
+        recipe: &'a Recipe,
+        resume: bool,
+        observe: &'a mut dyn FnMut(&Event),
+    ) -> Result<Self, TrainRunError> {
+        let ds = ensure_data(recipe)?;
+        let spec = super::bpe::load_tokenizer(&ds.tokenizer_path())?;
+        let tok = Tokenizer::from_spec(spec.clone())?;
+        let cfg = recipe.model_config();
+        let b = recipe.train.batch;
+        let o = &recipe.optim;
+        let adam = AdamWConfig {
+            beta1: o.beta1,
+            beta2: o.beta2,
+            eps: o.eps,
+            weight_decay: o.weight_decay,
+        };
+        let mut batcher = Batcher::new(recipe.train.seed ^ 0xDA7A, b, cfg.ctx);
+        let (model, opt, start) = if resume {
+            let (step, path) = checkpoint::latest(&run.path)?;
+            let s = checkpoint::load_state(&path)?;
+            let model = TrainModel::from_params(cfg, b, s.params)?;
+            let mut opt = AdamW::new(model.params.len(), adam);
+            (opt.m, opt.v, opt.t) = (s.m, s.v, s.header.adam_t);
+            batcher.rng = SplitMix64::new(s.header.data_rng);
+            (model, opt, step)
+        } else {
+            let model = TrainModel::try_init(cfg, b, recipe.train.seed)?;
+            let opt = AdamW::new(model.params.len(), adam);
+            (model, opt, 0)
+        };
+        let events = run.events_path();
+        let log = EventLog::append(&events).map_err(|source| TrainRunError::Io {
+            path: events.clone(),
+            source,
+        })?;
+        let last_checkpoint = checkpoint::latest(&run.path)
+            .ok()
+            .map(|(s, _)| run.path.join(checkpoint::gguf_name(s)));
+        let mut s = Self {
+            run,
+            recipe,
+            ds,
+            spec,
+            tok,
+            decay: model.decay_ranges(),
+            model,
+            opt,
+            batcher,
+            start,
+            log,
+            observe,
+            last_loss: f32::NAN,
+            last_checkpoint,
+        };
+        let config = serde_json::to_value(recipe).unwrap_or(serde_json::Value::Null);
+        let time = now();
+        s.emit(Event::RunStart {
+            config,
+            time,
+            start_step: start,
+        })?;
+        Ok(s)
+    }
+
+    fn emit(&mut self, e: Event) -> Result<(), TrainRunError> {
+        self.log.write(&e).map_err(|source| TrainRunError::Io {
+            path: self.log.path().to_path_buf(),
+            source,
+        })?;
+        (self.observe)(&e);
+        Ok(())
+    }
+
+    /// Logs the run's end and returns the error for a non-finite `value`.
+    fn fail(&mut self, step: usize, what: &'static str, value: f32) -> TrainRunError {
+        let status = format!("failed: {what} is {value} at step {step}");
+        if let Err(e) = self.emit(Event::RunEnd { step, status }) {
+            return e;
+        }
+        TrainRunError::NonFinite {
+            what,
+            value,
+            step,
+            last_checkpoint: self.last_checkpoint.clone(),
+        }
+    }
+
+    /// One optimizer step (1-based `step`): the gradient of `grad_accum` batches, clipped,
+    /// then AdamW at the scheduled learning rate.
+    fn step(&mut self, step: usize) -> Result<(), TrainRunError> {
+        let (b, t) = (self.batcher.b, self.batcher.t);
+        let (o, accum) = (&self.recipe.optim, self.recipe.train.grad_accum);
+        let t0 = Instant::now();
+        self.model.zero_grad();
+        let mut loss = 0.0;
+        for _ in 0..accum {
+            self.batcher.next(&self.ds.train);
+            let (x, y) = (&self.batcher.inputs, &self.batcher.targets);
+            loss += self
+                .model
+                .forward_backward_scaled(x, y, b, t, 1.0 / accum as f32);
+        }
+        loss /= accum as f32;
+        if !loss.is_finite() {
+            return Err(self.fail(step, "the training loss", loss));
+        }
+        let grad_norm = clip_grad_norm(&mut self.model.grads, o.grad_clip);
+        if !grad_norm.is_finite() {
+            return Err(self.fail(step, "the gradient norm", grad_norm));
+        }
+        let lr = lr_at(step - 1, o.warmup, self.recipe.train.steps, o.lr, o.min_lr);
+        let m = &mut self.model;
+        self.opt.step(&mut m.params, &m.grads, lr, &self.decay);
+        let tok_s = (b * t * accum) as f64 / t0.elapsed().as_secs_f64().max(1e-9);
+        self.last_loss = loss;
+        self.emit(Event::Step {
+            step,
+            loss,
+            lr,
+            grad_norm,
+            tok_s,
+            time: now(),
+        })
+    }
+
+    /// Validation loss and a sample.
+    fn evaluate(&mut self, step: usize) -> Result<(), TrainRunError> {
+        let val_loss = eval_loss(&mut self.model, &self.ds, self.recipe);
+        let sample = sample(&mut self.model, &self.tok, self.recipe, step);
+        self.emit(Event::Eval {
+            step,
+            val_loss,
+            sample,
+        })
+    }
+
+    /// A checkpoint of the state after `step` steps; refused when a weight is not finite.
+    fn checkpoint(&mut self, step: usize, fault: Fault) -> Result<(), TrainRunError> {
+        if let Some(&bad) = self.model.params.iter().find(|p| !p.is_finite()) {
+            return Err(self.fail(step, "a parameter", bad));
+        }
+        let state = StateView {
+            header: StateHeader {
+                step,
+                adam_t: self.opt.t,
+                data_rng: self.batcher.rng.state,
+                n_params: self.model.params.len() as u64,
+            },
+            params: &self.model.params,
+            m: &self.opt.m,
+            v: &self.opt.v,
+        };
+        let run = self.run;
+        let path = save_checkpoint(&run.path, &run.id, &self.model, &self.spec, &state, fault)?;
+        self.last_checkpoint = Some(path.clone());
+        self.emit(Event::Checkpoint {
+            step,
+            path: path.display().to_string(),
+        })
+    }
+
+    fn outcome(&self, steps_done: usize, finished: bool) -> Outcome {
+        Outcome {
+            steps_done,
+            last_loss: self.last_loss,
+            last_checkpoint: self.last_checkpoint.clone(),
+            finished,
+        }
+    }
 }
 
 /// Writes `ckpt-NNNNNN.gguf`, then `ckpt-NNNNNN.state` (the mark of a complete checkpoint).
@@ -319,7 +363,7 @@ fn save_checkpoint(
     name: &str,
     model: &TrainModel,
     spec: &TokenizerSpec,
-    state: &TrainState,
+    state: &StateView,
     fault: Fault,
 ) -> Result<PathBuf, TrainRunError> {
     let step = state.header.step;
@@ -327,58 +371,4 @@ fn save_checkpoint(
     export::export_gguf(model, spec, name, &gguf)?;
     checkpoint::save_state(&dir.join(checkpoint::state_name(step)), state, fault)?;
     Ok(gguf)
-}
-
-/// Mean loss over `eval.batches` validation batches, always the same ones.
-pub fn eval_loss(model: &mut TrainModel, ds: &Dataset, recipe: &Recipe) -> f32 {
-    let (b, t) = (recipe.train.batch, recipe.model.ctx);
-    let mut batcher = Batcher::new(recipe.train.seed ^ 0x5A11D, b, t);
-    let n = recipe.eval.batches.max(1);
-    let mut sum = 0.0;
-    for _ in 0..n {
-        batcher.next(&ds.val);
-        sum += model.forward_loss(&batcher.inputs, &batcher.targets, b, t);
-    }
-    sum / n as f32
-}
-
-/// `eval.sample_tokens` tokens after `eval.prompt`, sampled at temperature 0.8 from a
-/// generator seeded by the step (so samples are reproducible and do not touch training).
-pub fn sample(model: &mut TrainModel, tok: &Tokenizer, recipe: &Recipe, step: usize) -> String {
-    let ctx = recipe.model.ctx;
-    let mut ids = tok.encode(&recipe.eval.prompt, false).unwrap_or_default();
-    if ids.is_empty() {
-        ids.extend(tok.eos_id());
-    }
-    let n_prompt = ids.len();
-    let mut rng = SplitMix64::new(recipe.train.seed ^ (step as u64).wrapping_mul(0x9E37));
-    for _ in 0..recipe.eval.sample_tokens {
-        let window = &ids[ids.len().saturating_sub(ctx)..];
-        let logits = model.logits_last(window);
-        let next = sample_logits(logits, 0.8, rng.next_f64());
-        if tok.is_eog(next) {
-            break;
-        }
-        ids.push(next);
-    }
-    let prompt = tok.decode(&ids[..n_prompt]);
-    prompt + &tok.decode(&ids[n_prompt..])
-}
-
-/// Samples from softmax(logits / temperature) with the uniform draw `u`.
-fn sample_logits(logits: &[f32], temperature: f32, u: f64) -> u32 {
-    let max = logits.iter().copied().fold(f32::NEG_INFINITY, f32::max);
-    let weights: Vec<f64> = logits
-        .iter()
-        .map(|&l| f64::from((l - max) / temperature).exp())
-        .collect();
-    let total: f64 = weights.iter().sum();
-    let mut target = u * total;
-    for (i, w) in weights.iter().enumerate() {
-        target -= w;
-        if target <= 0.0 {
-            return i as u32;
-        }
-    }
-    (logits.len() - 1) as u32
 }
