@@ -73,34 +73,47 @@ async fn concurrent_greedy_requests_equal_lone_requests() {
 }
 
 #[tokio::test]
-async fn a_second_chat_turn_reuses_the_cached_prefix() {
+async fn later_chat_turns_reuse_the_cached_prefix_and_answer_as_a_cold_server() {
     let mut cfg = config();
     cfg.parallel = 2;
     let s = start(cfg);
-    let mut messages = vec![json!({"role": "user", "content": "Give me a name for a cat."})];
-    let body = json!({"messages": messages, "max_tokens": 16, "temperature": 0});
-    let (_, first) = post(&s, "/v1/chat/completions", &body).await;
-    let first_prompt = first["usage"]["prompt_tokens"].as_u64().unwrap();
-    messages.push(json!({"role": "assistant", "content": text(&first)}));
-    messages.push(json!({"role": "user", "content": "And one for a dog?"}));
-    let body = json!({"messages": messages, "max_tokens": 8, "temperature": 0});
-    let (st, second) = post(&s, "/v1/chat/completions", &body).await;
-    assert_eq!(st, 200, "{second}");
-    let cached = second["usage"]["prompt_tokens_details"]["cached_tokens"]
-        .as_u64()
-        .unwrap();
-    assert!(
-        cached >= first_prompt,
-        "cached {cached} of the first turn's {first_prompt} prompt tokens"
-    );
-    assert!(cached < second["usage"]["prompt_tokens"].as_u64().unwrap());
-    // and the reused cache gives what a fresh server computes
-    let fresh = start(config());
-    let (_, again) = post(&fresh, "/v1/chat/completions", &body).await;
-    assert_eq!(again["usage"]["prompt_tokens_details"]["cached_tokens"], 0);
-    if exact_kernels() {
-        assert_eq!(text(&again), text(&second));
+    let turns = [
+        "Give me a name for a cat.",
+        "And one for a dog?",
+        "Now a name for a horse, and say why you chose it.",
+    ];
+    let mut messages: Vec<Value> = Vec::new();
+    let mut last_prompt = 0;
+    for (k, turn) in turns.iter().enumerate() {
+        messages.push(json!({"role": "user", "content": turn}));
+        let body = json!({"messages": messages, "max_tokens": 24, "temperature": 0});
+        let (st, v) = post(&s, "/v1/chat/completions", &body).await;
+        assert_eq!(st, 200, "{v}");
+        let prompt = v["usage"]["prompt_tokens"].as_u64().unwrap();
+        let cached = v["usage"]["prompt_tokens_details"]["cached_tokens"]
+            .as_u64()
+            .unwrap();
+        if k > 0 {
+            // whole 64-token chunks of the last turn's prompt at least
+            assert!(
+                cached >= last_prompt / 64 * 64 && cached > 0 && cached < prompt,
+                "turn {k}: cached {cached} of {prompt}, last turn's prompt {last_prompt}"
+            );
+            // a cold server computes the same answer
+            let fresh = start(config());
+            let (_, cold) = post(&fresh, "/v1/chat/completions", &body).await;
+            assert_eq!(cold["usage"]["prompt_tokens_details"]["cached_tokens"], 0);
+            if exact_kernels() {
+                assert_eq!(text(&cold), text(&v), "turn {k}");
+            }
+        }
+        last_prompt = prompt;
+        messages.push(json!({"role": "assistant", "content": text(&v)}));
     }
+    assert!(
+        last_prompt > 64,
+        "the chat grew past one chunk: {last_prompt}"
+    );
 }
 
 #[tokio::test]
