@@ -7,3 +7,6 @@ bash scripts/fetch-model.sh
 cargo test --release --workspace
 # the kernels again through their portable fallbacks (what ARM and older x86 run)
 TOY_FORCE_SCALAR=1 cargo test --release -p tinynn
+# the server against the official openai Python client, and its page in headless Chromium
+bash scripts/serve-openai-test.sh
+bash scripts/browser-test.sh
