@@ -152,7 +152,7 @@ async fn a_disconnected_stream_frees_its_slot() {
 }
 
 #[tokio::test]
-async fn a_full_queue_answers_429_and_keeps_serving() {
+async fn a_full_queue_answers_429_with_retry_after_and_keeps_serving() {
     let mut cfg = config();
     cfg.parallel = 1;
     cfg.queue = 1;
@@ -179,6 +179,19 @@ async fn a_full_queue_answers_429_and_keeps_serving() {
     assert_eq!(st, 429, "{v}");
     assert_eq!(v["error"]["code"], "queue_full");
     assert_eq!(v["error"]["type"], "rate_limit_error");
+    // a 429 says when to come back
+    let r = client()
+        .post(url(&s, "/v1/completions"))
+        .body(json!({"prompt": "Hi", "max_tokens": 2}).to_string())
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status().as_u16(), 429);
+    let retry = r
+        .headers()
+        .get("retry-after")
+        .map(|v| v.to_str().unwrap().to_string());
+    assert_eq!(retry.as_deref(), Some("1"), "Retry-After of a 429");
     drop(busy);
     let (st, v) = waiting.await.unwrap();
     assert_eq!(

@@ -153,7 +153,9 @@ impl SubmitError {
                     "the server is busy: {max_queue} sequences are already waiting for a slot; retry later"
                 ),
             )
-            .code("queue_full"),
+            .code("queue_full")
+            // a slot frees as soon as one running sequence ends: worth a retry within a second
+            .retry_after(1),
             SubmitError::Stopped => ApiError::unavailable("the engine has stopped"),
         }
     }
