@@ -152,6 +152,63 @@ async fn a_disconnected_stream_frees_its_slot() {
 }
 
 #[tokio::test]
+async fn a_cancelled_stream_is_logged_and_counted_as_499_with_its_tokens() {
+    let mut cfg = config();
+    cfg.parallel = 1;
+    let s = start(cfg);
+    // a prompt past one 64-token chunk, run once so the cancelled request reuses its cache
+    let prompt = "Once upon a time there was a little robot. ".repeat(12);
+    let mut body = endless(1000);
+    body["prompt"] = json!(prompt);
+    let (st, warm) = post(
+        &s,
+        "/v1/completions",
+        &json!({"prompt": prompt, "max_tokens": 1}),
+    )
+    .await;
+    assert_eq!(st, 200, "{warm}");
+    let prompt_tokens = warm["usage"]["prompt_tokens"].as_u64().unwrap();
+    let mut r = client()
+        .post(url(&s, "/v1/completions"))
+        .body(body.to_string())
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status().as_u16(), 200);
+    let mut seen = 0;
+    while seen < 5 {
+        let chunk = r.chunk().await.unwrap().expect("stream goes on");
+        seen += String::from_utf8_lossy(&chunk).matches("\"text\"").count();
+    }
+    drop(r);
+    let events = s.telemetry_dir.clone().unwrap().join("events.jsonl");
+    let t = Instant::now();
+    let line = loop {
+        let log = std::fs::read_to_string(&events).unwrap();
+        let found = log
+            .lines()
+            .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+            .find(|v| v["status"] == 499);
+        if let Some(line) = found {
+            break line;
+        }
+        assert!(t.elapsed() < Duration::from_secs(30), "no 499 line:\n{log}");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    };
+    assert_eq!(line["prompt_tokens"], prompt_tokens, "{line}");
+    assert!(
+        line["completion_tokens"].as_u64().unwrap() >= seen as u64,
+        "{line}"
+    );
+    assert!(line["cached_tokens"].as_u64().unwrap() >= 64, "{line}");
+    assert!(line["ttft_ms"].as_f64().unwrap() > 0.0, "{line}");
+    let route = "toy_requests_total{route=\"/v1/completions\"";
+    assert_eq!(metric(&s, &format!("{route},status=\"499\"}}")).await, 1.0);
+    // the warm-up only: the stream's 200 headers did not count it as answered
+    assert_eq!(metric(&s, &format!("{route},status=\"200\"}}")).await, 1.0);
+}
+
+#[tokio::test]
 async fn a_full_queue_answers_429_with_retry_after_and_keeps_serving() {
     let mut cfg = config();
     cfg.parallel = 1;

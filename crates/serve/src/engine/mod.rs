@@ -4,11 +4,13 @@
 //! first), then steps every model with running sequences (continuous batching: sequences
 //! join and leave the batch between steps).
 
+mod ended;
 mod group;
 pub mod logprob;
 mod seq;
 pub mod text;
 
+pub use ended::Ended;
 pub use logprob::TokenLogprob;
 
 use crate::error::ApiError;
@@ -111,6 +113,8 @@ pub struct GenJob {
     pub prompts: Vec<(usize, Arc<Vec<u32>>)>,
     pub params: GenParams,
     pub events: mpsc::UnboundedSender<Event>,
+    /// Each sequence's end, also after the client went away and `events` closed.
+    pub ended: Arc<Ended>,
     pub enqueued: Instant,
 }
 

@@ -118,6 +118,7 @@ impl Seq {
             cached_tokens: self.cached,
             ttft_ms,
         };
+        self.job.ended.push(done.clone());
         self.send(Event::Done(done.clone()));
         done
     }
