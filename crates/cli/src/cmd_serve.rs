@@ -40,9 +40,8 @@ pub struct Args {
     /// Most sequences waiting for a slot; more requests get 429.
     #[arg(long, default_value_t = 64)]
     queue: usize,
-    /// Most prompt tokens prefilled per engine step. Under 64, outputs do not depend on
-    /// which prefix was reused from the cache.
-    #[arg(long, default_value_t = 48)]
+    /// Prompt tokens prefilled per engine step (chunks start at multiples of it).
+    #[arg(long, default_value_t = 64)]
     prefill_chunk: usize,
 }
 

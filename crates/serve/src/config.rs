@@ -27,7 +27,8 @@ pub struct ServeConfig {
     pub log_prompts: bool,
     /// Most sequences waiting for a slot before new requests get 429.
     pub queue: usize,
-    /// Most prompt tokens prefilled per engine step (running streams wait for one chunk).
+    /// Prompt tokens prefilled per engine step (running streams wait for one chunk); chunks
+    /// start at multiples of it.
     pub prefill_chunk: usize,
     /// Largest request body, bytes (413 above).
     pub body_limit: usize,
@@ -49,10 +50,10 @@ impl Default for ServeConfig {
             runs_dir: PathBuf::from("runs"),
             log_prompts: false,
             queue: 64,
-            // Under 64 tokens, a chunk's attention runs in the f16 regime that single-token
-            // decode uses, and the result does not depend on where the prompt was split:
-            // a prompt computed after a reused prefix gives the same bits as one computed whole.
-            prefill_chunk: 48,
+            // 64 is where attention takes its faster f32 regime (about twice the prefill speed
+            // of shorter chunks on long prompts); chunks start at multiples of it, see
+            // engine/group.rs for why outputs then never depend on the cache's contents
+            prefill_chunk: 64,
             body_limit: 4 << 20,
             threads: None,
         }

@@ -1,7 +1,7 @@
 //! Errors as the OpenAI API spells them: `{"error": {"message", "type", "param", "code"}}`
 //! with the HTTP status that goes with each kind, and the typed errors of starting a server.
 
-use axum::http::StatusCode;
+use axum::http::{header, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 use serde_json::json;
 
@@ -14,6 +14,8 @@ pub struct ApiError {
     pub kind: &'static str,
     pub param: Option<String>,
     pub code: Option<&'static str>,
+    /// Seconds a client should wait before trying again (`Retry-After`, sent with 429s).
+    pub retry_after: Option<u64>,
 }
 
 impl ApiError {
@@ -24,6 +26,7 @@ impl ApiError {
             kind,
             param: None,
             code: None,
+            retry_after: None,
         }
     }
 
@@ -84,6 +87,11 @@ impl ApiError {
         self
     }
 
+    pub fn retry_after(mut self, secs: u64) -> Self {
+        self.retry_after = Some(secs);
+        self
+    }
+
     pub fn body(&self) -> serde_json::Value {
         json!({"error": {
             "message": self.message,
@@ -96,7 +104,12 @@ impl ApiError {
 
 impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
-        (self.status, axum::Json(self.body())).into_response()
+        let mut r = (self.status, axum::Json(self.body())).into_response();
+        if let Some(secs) = self.retry_after {
+            r.headers_mut()
+                .insert(header::RETRY_AFTER, HeaderValue::from(secs));
+        }
+        r
     }
 }
 

@@ -14,9 +14,9 @@
 //! prefix with the prompt, whose cache is kept), copies prefixes other slots already hold,
 //! prefills one chunk of one prompt, and decodes one token for every running sequence in
 //! one `Model::forward_multi` pass. A client that goes away closes its event channel and
-//! its slot is freed at the next step. Prefill chunks stay under 64 tokens, where the
-//! model's output does not depend on how a prompt was split, so greedy output is the same
-//! alone, batched, or after prefix reuse.
+//! its slot is freed at the next step. Prefill chunks start at multiples of the chunk size
+//! and reused prefixes end where a cold prefill would split (see `engine/group.rs`), so
+//! greedy output is the same alone, batched, or after prefix reuse.
 //!
 //! Request policy:
 //! - Errors always have OpenAI's shape `{"error": {"message", "type", "param", "code"}}`;

@@ -13,6 +13,12 @@ use std::time::{Duration, Instant};
 const TTFT_BUCKETS: [f64; 10] = [0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0];
 const RATE_WINDOW: Duration = Duration::from_secs(10);
 
+/// Marks a response whose request is counted by its own log when it ends (a stream ends
+/// long after its headers went out, possibly with the client gone): the `count_requests`
+/// layer does not count it again.
+#[derive(Clone, Copy, Debug)]
+pub struct CountedByLog;
+
 #[derive(Default)]
 pub struct Metrics {
     requests: Mutex<BTreeMap<(String, u16), u64>>,

@@ -178,7 +178,10 @@ impl Registry {
             std::thread::Builder::new()
                 .name(format!("load {id}"))
                 .spawn(move || {
-                    let state = match LoadedModel::load(&id, &path, ctx) {
+                    // a panic while loading must not leave the model 'loading' for ever
+                    let loaded = std::panic::catch_unwind(|| LoadedModel::load(&id, &path, ctx))
+                        .unwrap_or_else(|_| Err(format!("loading '{}' panicked", path.display())));
+                    let state = match loaded {
                         Ok(m) => LoadState::Loaded(Arc::new(m)),
                         Err(e) => LoadState::Failed(e),
                     };

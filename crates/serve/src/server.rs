@@ -6,7 +6,7 @@ use crate::api::{chat, completions, embeddings, misc, runs};
 use crate::config::ServeConfig;
 use crate::engine::{self, EngineOptions};
 use crate::error::{ApiError, ServeError};
-use crate::metrics::Metrics;
+use crate::metrics::{CountedByLog, Metrics};
 use crate::models::Registry;
 use crate::telemetry::Telemetry;
 use crate::AppState;
@@ -32,6 +32,9 @@ async fn count_requests(State(state): State<AppState>, req: Request, next: Next)
         .get::<MatchedPath>()
         .map_or_else(|| "unmatched".to_string(), |p| p.as_str().to_string());
     let resp = next.run(req).await;
+    if resp.extensions().get::<CountedByLog>().is_some() {
+        return resp;
+    }
     let status = resp.status().as_u16();
     state.metrics.request(&route, status);
     // requests refused before they reach the engine still leave a telemetry line

@@ -73,34 +73,47 @@ async fn concurrent_greedy_requests_equal_lone_requests() {
 }
 
 #[tokio::test]
-async fn a_second_chat_turn_reuses_the_cached_prefix() {
+async fn later_chat_turns_reuse_the_cached_prefix_and_answer_as_a_cold_server() {
     let mut cfg = config();
     cfg.parallel = 2;
     let s = start(cfg);
-    let mut messages = vec![json!({"role": "user", "content": "Give me a name for a cat."})];
-    let body = json!({"messages": messages, "max_tokens": 16, "temperature": 0});
-    let (_, first) = post(&s, "/v1/chat/completions", &body).await;
-    let first_prompt = first["usage"]["prompt_tokens"].as_u64().unwrap();
-    messages.push(json!({"role": "assistant", "content": text(&first)}));
-    messages.push(json!({"role": "user", "content": "And one for a dog?"}));
-    let body = json!({"messages": messages, "max_tokens": 8, "temperature": 0});
-    let (st, second) = post(&s, "/v1/chat/completions", &body).await;
-    assert_eq!(st, 200, "{second}");
-    let cached = second["usage"]["prompt_tokens_details"]["cached_tokens"]
-        .as_u64()
-        .unwrap();
-    assert!(
-        cached >= first_prompt,
-        "cached {cached} of the first turn's {first_prompt} prompt tokens"
-    );
-    assert!(cached < second["usage"]["prompt_tokens"].as_u64().unwrap());
-    // and the reused cache gives what a fresh server computes
-    let fresh = start(config());
-    let (_, again) = post(&fresh, "/v1/chat/completions", &body).await;
-    assert_eq!(again["usage"]["prompt_tokens_details"]["cached_tokens"], 0);
-    if exact_kernels() {
-        assert_eq!(text(&again), text(&second));
+    let turns = [
+        "Give me a name for a cat.",
+        "And one for a dog?",
+        "Now a name for a horse, and say why you chose it.",
+    ];
+    let mut messages: Vec<Value> = Vec::new();
+    let mut last_prompt = 0;
+    for (k, turn) in turns.iter().enumerate() {
+        messages.push(json!({"role": "user", "content": turn}));
+        let body = json!({"messages": messages, "max_tokens": 24, "temperature": 0});
+        let (st, v) = post(&s, "/v1/chat/completions", &body).await;
+        assert_eq!(st, 200, "{v}");
+        let prompt = v["usage"]["prompt_tokens"].as_u64().unwrap();
+        let cached = v["usage"]["prompt_tokens_details"]["cached_tokens"]
+            .as_u64()
+            .unwrap();
+        if k > 0 {
+            // whole 64-token chunks of the last turn's prompt at least
+            assert!(
+                cached >= last_prompt / 64 * 64 && cached > 0 && cached < prompt,
+                "turn {k}: cached {cached} of {prompt}, last turn's prompt {last_prompt}"
+            );
+            // a cold server computes the same answer
+            let fresh = start(config());
+            let (_, cold) = post(&fresh, "/v1/chat/completions", &body).await;
+            assert_eq!(cold["usage"]["prompt_tokens_details"]["cached_tokens"], 0);
+            if exact_kernels() {
+                assert_eq!(text(&cold), text(&v), "turn {k}");
+            }
+        }
+        last_prompt = prompt;
+        messages.push(json!({"role": "assistant", "content": text(&v)}));
     }
+    assert!(
+        last_prompt > 64,
+        "the chat grew past one chunk: {last_prompt}"
+    );
 }
 
 #[tokio::test]
@@ -139,7 +152,64 @@ async fn a_disconnected_stream_frees_its_slot() {
 }
 
 #[tokio::test]
-async fn a_full_queue_answers_429_and_keeps_serving() {
+async fn a_cancelled_stream_is_logged_and_counted_as_499_with_its_tokens() {
+    let mut cfg = config();
+    cfg.parallel = 1;
+    let s = start(cfg);
+    // a prompt past one 64-token chunk, run once so the cancelled request reuses its cache
+    let prompt = "Once upon a time there was a little robot. ".repeat(12);
+    let mut body = endless(1000);
+    body["prompt"] = json!(prompt);
+    let (st, warm) = post(
+        &s,
+        "/v1/completions",
+        &json!({"prompt": prompt, "max_tokens": 1}),
+    )
+    .await;
+    assert_eq!(st, 200, "{warm}");
+    let prompt_tokens = warm["usage"]["prompt_tokens"].as_u64().unwrap();
+    let mut r = client()
+        .post(url(&s, "/v1/completions"))
+        .body(body.to_string())
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status().as_u16(), 200);
+    let mut seen = 0;
+    while seen < 5 {
+        let chunk = r.chunk().await.unwrap().expect("stream goes on");
+        seen += String::from_utf8_lossy(&chunk).matches("\"text\"").count();
+    }
+    drop(r);
+    let events = s.telemetry_dir.clone().unwrap().join("events.jsonl");
+    let t = Instant::now();
+    let line = loop {
+        let log = std::fs::read_to_string(&events).unwrap();
+        let found = log
+            .lines()
+            .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+            .find(|v| v["status"] == 499);
+        if let Some(line) = found {
+            break line;
+        }
+        assert!(t.elapsed() < Duration::from_secs(30), "no 499 line:\n{log}");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    };
+    assert_eq!(line["prompt_tokens"], prompt_tokens, "{line}");
+    assert!(
+        line["completion_tokens"].as_u64().unwrap() >= seen as u64,
+        "{line}"
+    );
+    assert!(line["cached_tokens"].as_u64().unwrap() >= 64, "{line}");
+    assert!(line["ttft_ms"].as_f64().unwrap() > 0.0, "{line}");
+    let route = "toy_requests_total{route=\"/v1/completions\"";
+    assert_eq!(metric(&s, &format!("{route},status=\"499\"}}")).await, 1.0);
+    // the warm-up only: the stream's 200 headers did not count it as answered
+    assert_eq!(metric(&s, &format!("{route},status=\"200\"}}")).await, 1.0);
+}
+
+#[tokio::test]
+async fn a_full_queue_answers_429_with_retry_after_and_keeps_serving() {
     let mut cfg = config();
     cfg.parallel = 1;
     cfg.queue = 1;
@@ -166,6 +236,19 @@ async fn a_full_queue_answers_429_and_keeps_serving() {
     assert_eq!(st, 429, "{v}");
     assert_eq!(v["error"]["code"], "queue_full");
     assert_eq!(v["error"]["type"], "rate_limit_error");
+    // a 429 says when to come back
+    let r = client()
+        .post(url(&s, "/v1/completions"))
+        .body(json!({"prompt": "Hi", "max_tokens": 2}).to_string())
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status().as_u16(), 429);
+    let retry = r
+        .headers()
+        .get("retry-after")
+        .map(|v| v.to_str().unwrap().to_string());
+    assert_eq!(retry.as_deref(), Some("1"), "Retry-After of a 429");
     drop(busy);
     let (st, v) = waiting.await.unwrap();
     assert_eq!(

@@ -172,3 +172,61 @@ async fn models_health_metrics_page_and_runs() {
     let (st, _) = get(s, "/api/runs/no-such-run/events").await;
     assert_eq!(st, 404);
 }
+
+#[tokio::test]
+async fn events_next_never_passes_a_half_written_line() {
+    let s = shared();
+    let runs_dir = s.telemetry_dir.as_ref().unwrap().parent().unwrap();
+    let run = runs_dir.join("train-half-written");
+    std::fs::create_dir_all(&run).unwrap();
+    let whole = "{\"type\":\"step\",\"step\":1,\"loss\":2.5}\n";
+    std::fs::write(run.join("events.jsonl"), format!("{whole}{{\"type\":\"st")).unwrap();
+    let path = "/api/runs/train-half-written/events";
+    let (st, ev) = get(s, path).await;
+    assert_eq!(st, 200, "{ev}");
+    assert_eq!(ev["events"].as_array().unwrap().len(), 1);
+    assert_eq!(ev["next"], whole.len());
+    // a client past the end (a stale offset) is sent back to the last complete line
+    for from in [whole.len() + 3, 1_000_000] {
+        let (st, ev) = get(s, &format!("{path}?from={from}")).await;
+        assert_eq!(st, 200, "{ev}");
+        assert_eq!(ev["events"], json!([]), "from {from}");
+        assert_eq!(ev["next"], whole.len(), "from {from}");
+    }
+}
+
+#[tokio::test]
+async fn runs_api_refuses_a_dir_outside_the_runs_dir() {
+    let s = shared();
+    // an events.jsonl elsewhere on disk, which `?dir=` once served
+    let elsewhere = temp_dir("elsewhere");
+    std::fs::create_dir_all(elsewhere.join("secret")).unwrap();
+    std::fs::write(
+        elsewhere.join("secret/events.jsonl"),
+        "{\"type\":\"step\",\"step\":7,\"loss\":1.0}\n",
+    )
+    .unwrap();
+    let dir = elsewhere.display().to_string();
+    for path in [
+        format!("/api/runs?dir={dir}"),
+        format!("/api/runs/secret/events?dir={dir}"),
+        format!("/api/runs/secret/events?from=0&dir={dir}"),
+    ] {
+        let (st, e) = get(s, &path).await;
+        assert_eq!(st, 400, "{path}: {e}");
+        assert_eq!(e["error"]["param"], "dir", "{path}: {e}");
+        assert!(e.get("events").is_none() && e.get("runs").is_none(), "{e}");
+    }
+    // without `dir` the run is looked up in --runs-dir only, where it is not
+    let (st, _) = get(s, "/api/runs/secret/events").await;
+    assert_eq!(st, 404);
+    let (_, runs) = get(s, "/api/runs").await;
+    assert!(
+        runs["runs"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .all(|r| r["id"] != "secret"),
+        "{runs}"
+    );
+}

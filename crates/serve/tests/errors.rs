@@ -329,3 +329,28 @@ async fn the_server_keeps_serving_after_errors() {
     // the binding default is loopback
     assert_eq!(toy_serve::ServeConfig::default().host, "127.0.0.1");
 }
+
+#[tokio::test]
+async fn a_model_that_fails_to_load_is_a_500_and_the_others_still_serve() {
+    let dir = temp_dir("broken");
+    std::fs::write(dir.join("broken.gguf"), b"GGUF but not really").unwrap();
+    let mut cfg = config();
+    cfg.models_dir = Some(dir);
+    let s = start(cfg);
+    let mut body = chat("Hi", 2);
+    body["model"] = json!("broken");
+    for _ in 0..2 {
+        let (st, v) = post(&s, "/v1/chat/completions", &body).await;
+        assert_eq!(st, 500, "{v}");
+        assert_eq!(error(&v)["code"], "model_load_failed");
+        assert!(v["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("broken.gguf"));
+    }
+    let (st, h) = get(&s, "/health").await;
+    assert_eq!(st, 200, "not stuck loading: {h}");
+    body["model"] = json!("SmolLM2-135M-Instruct.Q4_1");
+    let (st, v) = post(&s, "/v1/chat/completions", &body).await;
+    assert_eq!(st, 200, "{v}");
+}

@@ -5,8 +5,9 @@
 
 use super::format::{chat_logprob, response_id, usage, Format, LegacyLogprobs};
 use super::sse;
-use crate::engine::{Event, GenJob, GenParams, Job, SeqDone, TokenLogprob};
+use crate::engine::{Ended, Event, GenJob, GenParams, Job, SeqDone, TokenLogprob};
 use crate::error::ApiError;
+use crate::metrics::{CountedByLog, Metrics};
 use crate::models::{unix_now, LoadedModel};
 use crate::telemetry::Telemetry;
 use crate::AppState;
@@ -33,28 +34,52 @@ pub struct GenRequest {
     pub started: Instant,
 }
 
-/// One telemetry line per request, written when the request ends; dropped unwritten (the
-/// client went away) it records status 499.
+/// One telemetry line per request, written when the request ends, and its count in
+/// `toy_requests_total` with the status it ended with (a stream's status is only known at
+/// its end, so the `count_requests` layer leaves these requests to their log). Dropped
+/// unwritten, the client went away: the line gets status 499 and the counts of what the
+/// engine did for it, once the engine has let go of the job (see `engine::Ended`).
 pub struct RequestLog {
     tel: Arc<Telemetry>,
+    metrics: Arc<Metrics>,
+    route: String,
     line: Value,
     started: Instant,
+    /// Choices per prompt.
+    n: usize,
+    /// The request's prompt tokens, each prompt once (also those of sequences that never
+    /// left the queue).
+    prompt_tokens: usize,
+    ended: Arc<Ended>,
     written: bool,
 }
 
+/// Token counts and the earliest time to first token of `done` into `line`.
+fn put_counts(line: &mut Value, done: &[&SeqDone], n: usize) {
+    let u = usage(done, n);
+    line["prompt_tokens"] = u["prompt_tokens"].clone();
+    line["completion_tokens"] = u["completion_tokens"].clone();
+    line["cached_tokens"] = u["prompt_tokens_details"]["cached_tokens"].clone();
+    let ttft = done
+        .iter()
+        .filter_map(|d| d.ttft_ms)
+        .fold(None, |a: Option<f64>, t| Some(a.map_or(t, |a| a.min(t))));
+    line["ttft_ms"] = json!(ttft.map(|t| (t * 100.0).round() / 100.0));
+}
+
 impl RequestLog {
-    pub fn new(
-        tel: Arc<Telemetry>,
-        route: &str,
-        model: &str,
-        stream: bool,
-        started: Instant,
-    ) -> Self {
-        let line = json!({"type": "request", "route": route, "model": model, "stream": stream});
+    pub fn new(state: &AppState, route: &str, req: &GenRequest, ended: Arc<Ended>) -> Self {
+        let line =
+            json!({"type": "request", "route": route, "model": req.model.id, "stream": req.stream});
         Self {
-            tel,
+            tel: state.telemetry.clone(),
+            metrics: state.metrics.clone(),
+            route: route.to_string(),
             line,
-            started,
+            started: req.started,
+            n: req.n,
+            prompt_tokens: req.prompts.iter().map(|p| p.len()).sum(),
+            ended,
             written: false,
         }
     }
@@ -64,15 +89,7 @@ impl RequestLog {
     }
 
     pub fn done(&mut self, done: &[&SeqDone], n: usize, status: u16) {
-        let u = usage(done, n);
-        self.line["prompt_tokens"] = u["prompt_tokens"].clone();
-        self.line["completion_tokens"] = u["completion_tokens"].clone();
-        self.line["cached_tokens"] = u["prompt_tokens_details"]["cached_tokens"].clone();
-        let ttft = done
-            .iter()
-            .filter_map(|d| d.ttft_ms)
-            .fold(None, |a: Option<f64>, t| Some(a.map_or(t, |a| a.min(t))));
-        self.line["ttft_ms"] = json!(ttft.map(|t| (t * 100.0).round() / 100.0));
+        put_counts(&mut self.line, done, n);
         self.write(status);
     }
 
@@ -85,12 +102,32 @@ impl RequestLog {
         self.line["total_ms"] = json!((ms * 100.0).round() / 100.0);
         self.line["status"] = json!(status);
         self.tel.write(self.line.take());
+        self.metrics.request(&self.route, status);
     }
 }
 
 impl Drop for RequestLog {
     fn drop(&mut self) {
-        self.write(499);
+        if self.written {
+            return;
+        }
+        self.written = true;
+        let mut line = self.line.take();
+        let ms = self.started.elapsed().as_secs_f64() * 1e3;
+        line["total_ms"] = json!((ms * 100.0).round() / 100.0);
+        line["status"] = json!(499);
+        let (tel, metrics) = (self.tel.clone(), self.metrics.clone());
+        let (route, n, prompt_tokens) =
+            (std::mem::take(&mut self.route), self.n, self.prompt_tokens);
+        // runs when the engine has ended (or dropped) every sequence of the job: here, at
+        // the end of this drop, if it already has
+        self.ended.then(move |dones| {
+            let done: Vec<&SeqDone> = dones.iter().collect();
+            put_counts(&mut line, &done, n);
+            line["prompt_tokens"] = json!(prompt_tokens);
+            tel.write(line);
+            metrics.request(&route, 499);
+        });
     }
 }
 
@@ -141,31 +178,33 @@ pub async fn run(state: &AppState, req: GenRequest, route: &str) -> Result<Respo
         .flat_map(|(p, ids)| (0..req.n).map(move |j| (p * req.n + j, ids.clone())))
         .collect();
     let total = prompts.len();
+    let ended = Arc::new(Ended::default());
     let job = GenJob {
         model: req.model.clone(),
         prompts,
         params: req.params.clone(),
         events: tx,
+        ended: ended.clone(),
         enqueued: Instant::now(),
     };
     state
         .engine
         .submit(Job::Gen(job))
         .map_err(|e| e.api_error(state.cfg.queue))?;
-    let mut log = RequestLog::new(
-        state.telemetry.clone(),
-        route,
-        &req.model.id,
-        req.stream,
-        req.started,
-    );
+    // from here on the request's log counts it, whatever the response
+    let mut log = RequestLog::new(state, route, &req, ended);
     if let Some(p) = &req.logged_prompt {
         log.set("prompt", p.clone());
     }
-    if req.stream {
-        return Ok(sse::response(req, rx, total, log));
-    }
-    collect(req, rx, total, log).await
+    let mut resp = if req.stream {
+        sse::response(req, rx, total, log)
+    } else {
+        collect(req, rx, total, log)
+            .await
+            .unwrap_or_else(IntoResponse::into_response)
+    };
+    resp.extensions_mut().insert(CountedByLog);
+    Ok(resp)
 }
 
 async fn collect(

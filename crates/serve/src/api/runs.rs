@@ -8,17 +8,24 @@ use axum::extract::{Path as UrlPath, Query, State};
 use axum::Json;
 use serde_json::{json, Value};
 use std::collections::HashMap;
-use std::io::{Read, Seek, SeekFrom};
-use std::path::{Path, PathBuf};
+use std::io::{BufRead, BufReader, Read, Seek, SeekFrom};
+use std::path::Path;
 use std::time::UNIX_EPOCH;
 
 /// Most bytes of events one poll returns.
 const MAX_CHUNK: u64 = 1 << 20;
 
-fn runs_dir(state: &AppState, q: &HashMap<String, String>) -> PathBuf {
-    q.get("dir")
-        .filter(|d| !d.is_empty())
-        .map_or_else(|| state.cfg.runs_dir.clone(), PathBuf::from)
+/// The runs API reads the server's `--runs-dir` only: a `dir` query (which once chose any
+/// directory on disk, so any `events.jsonl` a client could name) is refused, not ignored.
+fn check_query(q: &HashMap<String, String>) -> Result<(), ApiError> {
+    if q.contains_key("dir") {
+        return Err(ApiError::invalid(
+            "dir",
+            "'dir' is not accepted: the runs API serves only the server's --runs-dir",
+        )
+        .code("unsupported_parameter"));
+    }
+    Ok(())
 }
 
 /// A run id is one directory name: no separators, no `..`.
@@ -90,8 +97,9 @@ pub async fn list(
     State(state): State<AppState>,
     Query(q): Query<HashMap<String, String>>,
 ) -> Result<Json<Value>, ApiError> {
-    let dir = runs_dir(&state, &q);
-    let mut runs: Vec<Value> = match std::fs::read_dir(&dir) {
+    check_query(&q)?;
+    let dir = &state.cfg.runs_dir;
+    let mut runs: Vec<Value> = match std::fs::read_dir(dir) {
         Ok(rd) => rd
             .filter_map(Result::ok)
             .filter_map(|e| {
@@ -118,37 +126,81 @@ pub async fn events(
     Query(q): Query<HashMap<String, String>>,
 ) -> Result<Json<Value>, ApiError> {
     check_id(&id)?;
+    check_query(&q)?;
     let from: u64 = match q.get("from") {
         None => 0,
         Some(s) => s.parse().map_err(|_| {
             ApiError::invalid("from", format!("'from' must be a byte offset, got '{s}'"))
         })?,
     };
-    let path = runs_dir(&state, &q).join(&id).join("events.jsonl");
-    let mut f = std::fs::File::open(&path)
-        .map_err(|_| ApiError::not_found(format!("no run '{id}' (no {})", path.display())))?;
-    let len = f.metadata().map(|m| m.len()).unwrap_or(0);
-    if from >= len {
-        return Ok(Json(json!({"events": [], "next": from.min(len)})));
+    let path = state.cfg.runs_dir.join(&id).join("events.jsonl");
+    let (events, next) = read_events(&path, from).map_err(|e| match e.kind() {
+        std::io::ErrorKind::NotFound => {
+            ApiError::not_found(format!("no run '{id}' (no {})", path.display()))
+        }
+        _ => ApiError::internal(format!("reading '{}': {e}", path.display())),
+    })?;
+    Ok(Json(json!({"events": events, "next": next})))
+}
+
+/// The events of `path` from byte `from`: its complete lines (each ending in `\n`), about
+/// [`MAX_CHUNK`] bytes of them, parsed (a line that is not JSON is skipped), and the offset
+/// just after the last of them, where the next poll resumes. A half-written last line is
+/// never read: it comes whole in a later poll. An offset at or past the end of the complete
+/// lines (inside the half-written line, past the end of a file written anew) gets no events
+/// and the end of the complete lines, the one offset a client can resume from correctly.
+fn read_events(path: &Path, from: u64) -> std::io::Result<(Vec<Value>, u64)> {
+    let mut f = std::fs::File::open(path)?;
+    let len = f.metadata()?.len();
+    let complete = complete_end(&mut f, len)?;
+    if from >= complete {
+        return Ok((Vec::new(), complete));
     }
-    f.seek(SeekFrom::Start(from))
-        .map_err(|e| ApiError::internal(e.to_string()))?;
+    f.seek(SeekFrom::Start(from))?;
+    // whole lines until the chunk is full: one line longer than the chunk still comes
+    // whole, so a poll always moves on
+    let mut r = BufReader::new(f.take(complete - from));
     let mut buf = Vec::new();
-    f.take(MAX_CHUNK)
-        .read_to_end(&mut buf)
-        .map_err(|e| ApiError::internal(e.to_string()))?;
-    // complete lines only; a partial last line is read again next time
+    while (buf.len() as u64) < MAX_CHUNK && r.read_until(b'\n', &mut buf)? > 0 {}
+    // the file may have shrunk since its length was read: still complete lines only
     let end = buf.iter().rposition(|&b| b == b'\n').map_or(0, |i| i + 1);
-    let events: Vec<Value> = String::from_utf8_lossy(&buf[..end])
+    let events = String::from_utf8_lossy(&buf[..end])
         .lines()
         .filter_map(|l| serde_json::from_str(l).ok())
         .collect();
-    Ok(Json(json!({"events": events, "next": from + end as u64})))
+    Ok((events, from + end as u64))
+}
+
+/// The offset just after the last `\n` in the first `len` bytes of `f` (0 when none).
+fn complete_end(f: &mut std::fs::File, len: u64) -> std::io::Result<u64> {
+    const BLOCK: u64 = 64 * 1024;
+    let mut block = Vec::new();
+    let mut to = len;
+    while to > 0 {
+        let start = to.saturating_sub(BLOCK);
+        f.seek(SeekFrom::Start(start))?;
+        block.clear();
+        f.by_ref().take(to - start).read_to_end(&mut block)?;
+        if let Some(i) = block.iter().rposition(|&b| b == b'\n') {
+            return Ok(start + i as u64 + 1);
+        }
+        to = start;
+    }
+    Ok(0)
 }
 
 #[cfg(test)]
 mod tests {
-    use super::check_id;
+    use super::{check_id, read_events, MAX_CHUNK};
+    use std::path::PathBuf;
+
+    fn file(tag: &str, content: &[u8]) -> PathBuf {
+        let dir = std::env::temp_dir().join(format!("toy-serve-runs-{tag}-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let p = dir.join("events.jsonl");
+        std::fs::write(&p, content).unwrap();
+        p
+    }
 
     #[test]
     fn run_ids_cannot_leave_the_runs_directory() {
@@ -156,5 +208,66 @@ mod tests {
         for bad in ["..", ".", "", "a/b", "..\\x", "a b"] {
             assert!(check_id(bad).is_err(), "{bad:?}");
         }
+    }
+
+    #[test]
+    fn next_stops_before_a_half_written_last_line() {
+        let a = "{\"type\":\"step\",\"step\":1}\n";
+        let b = "{\"type\":\"step\",\"step\":2}\n";
+        let half = "{\"type\":\"step\",\"st";
+        let p = file("half", format!("{a}{b}{half}").as_bytes());
+        let complete = (a.len() + b.len()) as u64;
+        let (events, next) = read_events(&p, 0).unwrap();
+        assert_eq!(events.len(), 2);
+        assert_eq!(next, complete);
+        // polling again while the line is still half-written: nothing, same offset
+        assert_eq!(read_events(&p, next).unwrap(), (vec![], complete));
+        // from the middle of a complete line: that line's rest is skipped, not the next
+        let (events, next) = read_events(&p, 3).unwrap();
+        assert_eq!((events.len(), next), (1, complete));
+        // once the line is finished it comes whole from `next`
+        std::fs::write(&p, format!("{a}{b}{half}ep\":3}}\n")).unwrap();
+        let (events, next) = read_events(&p, complete).unwrap();
+        assert_eq!(events.len(), 1, "{events:?}");
+        assert_eq!(events[0]["step"], 3);
+        assert_eq!(next, std::fs::metadata(&p).unwrap().len());
+    }
+
+    #[test]
+    fn from_past_the_end_resumes_at_the_last_complete_line() {
+        let a = "{\"type\":\"step\",\"step\":1}\n";
+        let p = file("past", format!("{a}{{\"type\":\"st").as_bytes());
+        let len = std::fs::metadata(&p).unwrap().len();
+        let complete = a.len() as u64;
+        // past the end of the file, at its end, inside the half-written line
+        for from in [len + 1000, len, complete + 2] {
+            assert_eq!(
+                read_events(&p, from).unwrap(),
+                (vec![], complete),
+                "from {from}"
+            );
+        }
+        // a file that ends with its newline: its length
+        let p = file("past-whole", a.as_bytes());
+        assert_eq!(read_events(&p, 1 << 40).unwrap(), (vec![], complete));
+        // a file without any complete line yet: 0
+        let p = file("past-none", b"{\"type\"");
+        assert_eq!(read_events(&p, 5).unwrap(), (vec![], 0));
+    }
+
+    #[test]
+    fn a_line_longer_than_a_chunk_still_moves_next_on() {
+        let long = format!(
+            "{{\"type\":\"eval\",\"sample\":\"{}\"}}\n",
+            "x".repeat(MAX_CHUNK as usize + 10)
+        );
+        let short = "{\"type\":\"step\",\"step\":1}\n";
+        let p = file("long", format!("{long}{short}").as_bytes());
+        let (events, next) = read_events(&p, 0).unwrap();
+        assert_eq!(events.len(), 1);
+        assert_eq!(next, long.len() as u64);
+        let (events, next) = read_events(&p, next).unwrap();
+        assert_eq!(events[0]["step"], 1);
+        assert_eq!(next, (long.len() + short.len()) as u64);
     }
 }

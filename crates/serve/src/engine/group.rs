@@ -2,6 +2,14 @@
 //! running sequence. A step prefills one chunk of one prompt, then decodes one token for
 //! every decoding slot in one batched pass (`Model::forward_multi`), so a long prompt
 //! delays running streams by one chunk, never by its whole length.
+//!
+//! Greedy output must not depend on what the cache held before. The model's result is
+//! independent of how tokens are batched only within one attention regime: chunks under
+//! 64 tokens (and single decode steps) share llama.cpp's f16 regime, longer chunks use the
+//! f32 one. So prefill chunks start at multiples of the chunk size, whatever was reused,
+//! and a reused prefix ends where a chunk would start (or anywhere inside a final chunk
+//! that is short enough for the f16 regime): every position is then computed exactly as a
+//! cold prefill of the same prompt computes it.
 
 use super::logprob::token_logprob;
 use super::seq::{Outcome, Seq};
@@ -10,7 +18,7 @@ use crate::models::LoadedModel;
 use std::sync::Arc;
 use std::time::Instant;
 use tinynn::pool::Adaptive;
-use toy::infer::kv_cache::KvCache;
+use toy::infer::kv_cache::{f16_attention, KvCache};
 use toy::model::{Logits, ModelError, State};
 
 pub struct Slot {
@@ -37,6 +45,21 @@ pub struct Group {
 
 fn common_prefix(a: &[u32], b: &[u32]) -> usize {
     a.iter().zip(b).take_while(|(x, y)| x == y).count()
+}
+
+/// The most of a cached prefix of `p` positions that a prompt of `len` tokens may keep so
+/// that prefilling the rest, in chunks starting at multiples of `chunk`, computes every
+/// position as a cold prefill does. At most `len - 1`: the last prompt token is always
+/// fed, for the logits of the first output token.
+pub fn resume_point(p: usize, len: usize, chunk: usize) -> usize {
+    let p = p.min(len.saturating_sub(1));
+    let last = (len.saturating_sub(1)) / chunk * chunk;
+    let split_invariant = f16_attention(chunk) || (p >= last && f16_attention(len - last));
+    if split_invariant {
+        p
+    } else {
+        p / chunk * chunk
+    }
 }
 
 impl Group {
@@ -88,9 +111,8 @@ impl Group {
     /// Put `seq` into free slot `i`, keeping the `common` positions its cache shares with
     /// the prompt when `reuse` allows.
     pub fn admit(&mut self, i: usize, common: usize, mut seq: Seq, reuse: bool) {
-        // one prompt token is always fed, for the logits of the first output token
         let keep = if reuse {
-            common.min(seq.prompt.len() - 1)
+            resume_point(common, seq.prompt.len(), self.chunk)
         } else {
             0
         };
@@ -136,8 +158,8 @@ impl Group {
     }
 
     /// Let prefilling sequences take what other slots already computed: when another
-    /// slot's cache holds a longer prefix of the prompt, its rows are copied (identical to
-    /// what prefill would compute, chunks being split-invariant). A prompt left with one
+    /// slot's cache holds a longer prefix of the prompt, its rows are copied (up to a
+    /// `resume_point`, so identical to what prefill would compute). A prompt left with one
     /// token to feed joins the batched decode step instead of a prefill pass of its own,
     /// so N clients sending the same prompt cost one prefill and one batched step.
     fn share_prefixes(&mut self) {
@@ -153,10 +175,8 @@ impl Group {
             let best = (0..self.slots.len())
                 .filter(|&j| j != i)
                 .map(|j| {
-                    (
-                        common_prefix(&self.slots[j].tokens, &prompt).min(len - 1),
-                        j,
-                    )
+                    let common = common_prefix(&self.slots[j].tokens, &prompt);
+                    (resume_point(common, len, self.chunk), j)
                 })
                 .max();
             if let Some((upto, j)) = best.filter(|&(upto, _)| upto > fed) {
@@ -209,7 +229,9 @@ impl Group {
         let Some(seq) = slot.seq.as_mut() else {
             return Ok(());
         };
-        let (from, to) = (seq.fed, (seq.fed + *chunk).min(seq.prompt.len()));
+        // chunks start at multiples of the chunk size (see the file's doc)
+        let from = seq.fed;
+        let to = ((from / *chunk + 1) * *chunk).min(seq.prompt.len());
         let toks = &seq.prompt[from..to];
         let all = seq.job.params.prompt_logprobs;
         let which = if all { Logits::All } else { Logits::Last };
@@ -349,4 +371,26 @@ fn copy_rows(src: &KvCache, dst: &mut KvCache, from: usize, to: usize) {
         }
     }
     dst.pos = to;
+}
+
+#[cfg(test)]
+mod tests {
+    use super::resume_point;
+
+    #[test]
+    fn reused_prefixes_end_where_a_cold_prefill_would_split() {
+        // full chunks of 64 run in the f32 regime: keep whole chunks only
+        assert_eq!(resume_point(100, 300, 64), 64);
+        assert_eq!(resume_point(128, 300, 64), 128);
+        // inside a final chunk short enough for the f16 regime, anywhere
+        assert_eq!(resume_point(270, 300, 64), 270);
+        assert_eq!(resume_point(299, 300, 64), 299);
+        // a final chunk of exactly 64 is f32 too
+        assert_eq!(resume_point(250, 256, 64), 192);
+        // never the whole prompt
+        assert_eq!(resume_point(500, 300, 64), 299);
+        assert_eq!(resume_point(5, 1, 64), 0);
+        // chunks under 64 are all f16: any point
+        assert_eq!(resume_point(100, 300, 48), 100);
+    }
 }

@@ -4,11 +4,13 @@
 //! first), then steps every model with running sequences (continuous batching: sequences
 //! join and leave the batch between steps).
 
+mod ended;
 mod group;
 pub mod logprob;
 mod seq;
 pub mod text;
 
+pub use ended::Ended;
 pub use logprob::TokenLogprob;
 
 use crate::error::ApiError;
@@ -111,6 +113,8 @@ pub struct GenJob {
     pub prompts: Vec<(usize, Arc<Vec<u32>>)>,
     pub params: GenParams,
     pub events: mpsc::UnboundedSender<Event>,
+    /// Each sequence's end, also after the client went away and `events` closed.
+    pub ended: Arc<Ended>,
     pub enqueued: Instant,
 }
 
@@ -153,7 +157,9 @@ impl SubmitError {
                     "the server is busy: {max_queue} sequences are already waiting for a slot; retry later"
                 ),
             )
-            .code("queue_full"),
+            .code("queue_full")
+            // a slot frees as soon as one running sequence ends: worth a retry within a second
+            .retry_after(1),
             SubmitError::Stopped => ApiError::unavailable("the engine has stopped"),
         }
     }

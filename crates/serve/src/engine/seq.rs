@@ -17,7 +17,8 @@ pub struct Seq {
     pub prompt: Arc<Vec<u32>>,
     /// Prompt tokens in the cache so far (reused ones included).
     pub fed: usize,
-    /// Prompt tokens found in the slot's cache at admission.
+    /// Prompt tokens not computed for this sequence: kept in its slot's cache at admission
+    /// or copied from another slot's.
     pub cached: usize,
     pub sampler: Sampler,
     pub text: TextStream,
@@ -117,6 +118,7 @@ impl Seq {
             cached_tokens: self.cached,
             ttft_ms,
         };
+        self.job.ended.push(done.clone());
         self.send(Event::Done(done.clone()));
         done
     }
