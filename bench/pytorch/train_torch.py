@@ -208,6 +208,8 @@ def main():
     ap.add_argument("--steps", type=int, required=True, help="steps to run (schedule uses train.steps)")
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--warmup-steps", type=int, default=10, help="steps left out of the median")
+    ap.add_argument("--init-seed", type=int, default=None,
+                    help="seed of the initial weights (default train.seed; batches always follow toy's)")
     args = ap.parse_args()
 
     torch.set_num_threads(args.threads)
@@ -228,7 +230,7 @@ def main():
     dtype = np.uint16 if meta["dtype"] == "u16" else np.uint32
     tokens = np.memmap(os.path.join(data, "train.bin"), dtype=dtype, mode="r")
 
-    torch.manual_seed(tr.get("seed", 0))
+    torch.manual_seed(tr.get("seed", 0) if args.init_seed is None else args.init_seed)
     model = Model(m)
     decay = [p for p in model.parameters() if p.dim() == 2 and p is not model.embd.weight
              and (model.pos is None or p is not model.pos.weight)]
