@@ -27,6 +27,9 @@ pub struct Args {
     /// Stop after this many steps (as an interruption would; resume continues).
     #[arg(long, hide = true)]
     stop_after: Option<usize>,
+    /// Also checkpoint the initial weights (ckpt-000000), e.g. to start PyTorch from them.
+    #[arg(long)]
+    checkpoint_start: bool,
 }
 
 pub fn run(a: Args) -> Result<()> {
@@ -96,6 +99,7 @@ pub fn run(a: Args) -> Result<()> {
     };
     let hooks = Hooks {
         stop_after: a.stop_after,
+        checkpoint_at_start: a.checkpoint_start,
         ..Hooks::default()
     };
     let outcome = train(&run, &recipe, resume, &hooks, &mut observe);
