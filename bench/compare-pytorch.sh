@@ -6,9 +6,10 @@
 #
 # For each recipe (recipes/CONFIG.toml), on the Rust book prepared once by `toy data prepare`
 # into target/bench-pytorch/data-<vocab>: STEPS steps of `toy train`, then of
-# bench/pytorch/train_torch.py in eager mode and with torch.compile (same shapes, init scheme,
-# AdamW, clipping, schedule, token shards and batches), each in its own process at THREADS
-# threads. Prints tokens/s (median of steady-state steps), the ratios toy/eager and
+# bench/pytorch/train_torch.py in eager mode and with torch.compile (same shapes, AdamW,
+# clipping, schedule, token shards and batches, and toy's initial weights from its step-0
+# checkpoint; OWN_INIT=1: PyTorch's own draw of the same init scheme), each in its own process
+# at THREADS threads. Prints tokens/s (median of steady-state steps), the ratios toy/eager and
 # toy/compile, peak RSS, and the loss ratio after the same steps (must be within 2%).
 # Then trains tiny llama and tiny gpt2 for LLAMA_STEPS steps with toy, loads each checkpoint
 # GGUF in llama-cpp-python and compares llama.cpp's next-token log-probabilities at every
@@ -20,9 +21,10 @@
 # already built that llama.cpp commit, its Python package over those libraries. llama.cpp runs
 # with flash attention, the attention path toy's inference follows. Not part of CI.
 #
-# Environment: THREADS (2), STEPS_TINY (300), STEPS_SMALL (40), LLAMA_STEPS (300),
-# SKIP_LLAMA_CPP (0), SKIP_COMPARE (0: 1 runs only the llama.cpp check), TORCH_VERSION (2.15.0), OMP_WAIT_POLICY (passive for PyTorch: its default
-# spin-waiting collapses when other processes share the cores). Results: target/bench-pytorch/*.json.
+# Environment: THREADS (2), STEPS_TINY (300), STEPS_SMALL (40), LLAMA_STEPS (300), OWN_INIT (0),
+# SKIP_LLAMA_CPP (0), SKIP_COMPARE (0; 1 runs only the llama.cpp check), TORCH_VERSION (2.15.0),
+# OMP_WAIT_POLICY (passive for PyTorch: its default spin-waiting collapses when other processes
+# share the cores; set active on a quiet machine). Results: target/bench-pytorch/*.json.
 set -euo pipefail
 
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -34,6 +36,7 @@ STEPS_SMALL=${STEPS_SMALL:-40}
 LLAMA_STEPS=${LLAMA_STEPS:-300}
 SKIP_LLAMA_CPP=${SKIP_LLAMA_CPP:-0}
 SKIP_COMPARE=${SKIP_COMPARE:-0}
+OWN_INIT=${OWN_INIT:-0}
 TORCH_VERSION=${TORCH_VERSION:-2.15.0}
 readonly LLAMA_CPP_PY=0.3.36
 
@@ -93,7 +96,7 @@ for cfg in "${configs[@]+"${configs[@]}"}"; do
     log "$cfg: $steps steps each of toy, torch eager, torch.compile at $THREADS threads"
     "$py" bench/pytorch/compare.py "$recipe" --toy "$toy" --python "$py" --data "$data" \
         --steps "$steps" --threads "$THREADS" --runs-dir "$work/runs-$cfg" \
-        --out "$work/compare-$cfg.json" || status=1
+        --out "$work/compare-$cfg.json" $([ "$OWN_INIT" = 1 ] && echo --own-init) || status=1
 done
 
 # --- llama.cpp -------------------------------------------------------------------------

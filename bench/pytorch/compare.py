@@ -52,6 +52,8 @@ def main():
     ap.add_argument("--set", action="append", default=[])
     ap.add_argument("--modes", default="eager,compile")
     ap.add_argument("--out", required=True)
+    ap.add_argument("--own-init", action="store_true",
+                    help="PyTorch draws its own initial weights (same scheme) instead of toy's")
     args = ap.parse_args()
 
     sets = [f"data.dir={json.dumps(args.data)}", f"train.steps={args.steps}",
@@ -59,7 +61,8 @@ def main():
     results = {}
 
     # toy first: the smallest peak RSS, so RUSAGE_CHILDREN gives its own.
-    cmd = [args.toy, "-t", str(args.threads), "train", args.recipe, "--runs-dir", args.runs_dir]
+    cmd = [args.toy, "-t", str(args.threads), "train", args.recipe, "--runs-dir", args.runs_dir,
+           "--checkpoint-start"]
     for s in sets:
         cmd += ["--set", s]
     out, rss, wall, own = run_measured(cmd)
@@ -81,6 +84,8 @@ def main():
                "--warmup-steps", str(args.warmup_steps)]
         for s in sets:
             cmd += ["--set", s]
+        if not args.own_init:
+            cmd += ["--init-from", os.path.join(run, "ckpt-000000.gguf")]
         # OpenMP's default active spin-waiting makes PyTorch ~20x slower at 2 threads when other
         # processes share the cores (measured here: 1.9k vs 28k tok/s on tiny); passive waiting
         # is robust. OMP_WAIT_POLICY=active in the environment keeps the default on a quiet box.
@@ -95,7 +100,8 @@ def main():
     toy = results["toy"]
     lt = tail_mean(toy["losses"])
     load = os.getloadavg()[0]
-    print(f"\n== {name}: {args.steps} steps, {args.threads} threads, load average {load:.1f} "
+    init = "own init" if args.own_init else "toy's init"
+    print(f"\n== {name}: {args.steps} steps, {args.threads} threads, {init}, load average {load:.1f} "
           f"({' '.join(args.set) or 'recipe as is'}) ==")
     print(f"{'':16}{'tok/s':>10}{'toy/x':>8}{'peak RSS MiB':>14}{'loss@end':>10}{'toy/x loss':>12}")
     ok = True
@@ -108,6 +114,7 @@ def main():
         print(f"{who:16}{r['tok_s']:>10.0f}{speed:>8.2f}{r['peak_rss_mib']:>14.1f}{lx:>10.4f}{lr:>12.4f}")
     print("losses agree within 2%" if ok else "LOSSES DIFFER BY MORE THAN 2%")
     results["summary"] = {"recipe": name, "steps": args.steps, "threads": args.threads,
+                          "init": "own" if args.own_init else "toy's",
                           "load_average": load,
                           "omp_wait_policy": os.environ.get("OMP_WAIT_POLICY", "passive"),
                           "loss_within_2pct": ok}

@@ -1,7 +1,7 @@
 """The PyTorch side of bench/compare-pytorch.sh: trains the model of a toy recipe in PyTorch
 (eager or torch.compile) on toy's own token shards, with the batches toy draws, the same init
 scheme (GPT-2/nanoGPT: N(0, 0.02), residual projections N(0, 0.02/sqrt(2*n_layer)), norms 1,
-biases 0), AdamW (decay on matrices only), global-norm clipping and warm-up + cosine schedule,
+biases 0; or toy's own initial weights with --init-from ckpt-000000.gguf), AdamW (decay on matrices only), global-norm clipping and warm-up + cosine schedule,
 and prints one JSON line: median tokens/s of steady-state steps, losses, peak RSS.
 
 Architectures as toy's `toy::train` builds them (and llama.cpp runs them):
@@ -177,6 +177,94 @@ class Model(nn.Module):
         return F.cross_entropy(logits.view(-1, logits.shape[-1]), targets.reshape(-1))
 
 
+def read_gguf_f32(path):
+    """{name: float32 array shaped row-major (GGUF dims reversed)} of a GGUF file's F32 tensors."""
+    import struct
+
+    buf = open(path, "rb").read()
+    pos = 0
+
+    def take(fmt):
+        nonlocal pos
+        vals = struct.unpack_from("<" + fmt, buf, pos)
+        pos += struct.calcsize("<" + fmt)
+        return vals if len(vals) > 1 else vals[0]
+
+    def string():
+        nonlocal pos
+        n = take("Q")
+        pos += n
+        return buf[pos - n : pos].decode()
+
+    sizes = {0: "B", 1: "b", 2: "H", 3: "h", 4: "I", 5: "i", 6: "f", 7: "?", 10: "Q", 11: "q", 12: "d"}
+
+    def value(ty):
+        if ty == 8:
+            return string()
+        if ty == 9:
+            inner, n = take("I"), take("Q")
+            return [value(inner) for _ in range(n)]
+        return take(sizes[ty])
+
+    assert buf[:4] == b"GGUF", "not a GGUF file"
+    pos = 4
+    _version, n_tensors, n_kv = take("I"), take("Q"), take("Q")
+    meta = {}
+    for _ in range(n_kv):
+        key = string()
+        meta[key] = value(take("I"))
+    infos = []
+    for _ in range(n_tensors):
+        name = string()
+        dims = [take("Q") for _ in range(take("I"))]
+        ty, off = take("I"), take("Q")
+        assert ty == 0, f"{name}: type {ty}, expected F32"
+        infos.append((name, dims, off))
+    align = meta.get("general.alignment", 32)
+    start = (pos + align - 1) // align * align
+    out = {}
+    for name, dims, off in infos:
+        n = int(np.prod(dims))
+        a = np.frombuffer(buf, dtype="<f4", count=n, offset=start + off)
+        out[name] = a.reshape(list(reversed(dims))).copy()
+    return out
+
+
+def load_toy_weights(model, path):
+    """Copies the weights of a toy checkpoint GGUF (no depth scaling) into `model`."""
+    t = read_gguf_f32(path)
+    used = set()
+
+    def put(param, name):
+        used.add(name)
+        with torch.no_grad():
+            param.copy_(torch.from_numpy(t[name]).reshape(param.shape))
+
+    put(model.embd.weight, "token_embd.weight")
+    if model.pos is not None:
+        put(model.pos.weight, "position_embd.weight")
+    for i, blk in enumerate(model.blocks):
+        n = lambda s: f"blk.{i}.{s}"
+        if model.gpt2:
+            pairs = [(blk.ln1, "attn_norm"), (blk.qkv, "attn_qkv"), (blk.o, "attn_output"),
+                     (blk.ln2, "ffn_norm"), (blk.up, "ffn_up"), (blk.down, "ffn_down")]
+        else:
+            pairs = [(blk.attn_norm, "attn_norm"), (blk.q, "attn_q"), (blk.k, "attn_k"),
+                     (blk.v, "attn_v"), (blk.o, "attn_output"), (blk.ffn_norm, "ffn_norm"),
+                     (blk.gate, "ffn_gate"), (blk.up, "ffn_up"), (blk.down, "ffn_down")]
+        for mod, base in pairs:
+            put(mod.weight, n(base + ".weight"))
+            if getattr(mod, "bias", None) is not None:
+                put(mod.bias, n(base + ".bias"))
+    put(model.norm.weight, "output_norm.weight")
+    if model.gpt2:
+        put(model.norm.bias, "output_norm.bias")
+    if model.head is not None:
+        put(model.head.weight, "output.weight")
+    missing = set(t) - used
+    assert not missing, f"tensors not loaded: {sorted(missing)}"
+
+
 def lr_at(step, warmup, total, max_lr, min_lr):
     """tinynn::optim::lr_at."""
     if step < warmup:
@@ -208,6 +296,9 @@ def main():
     ap.add_argument("--steps", type=int, required=True, help="steps to run (schedule uses train.steps)")
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--warmup-steps", type=int, default=10, help="steps left out of the median")
+    ap.add_argument("--init-from", help="start from the weights of this toy checkpoint GGUF")
+    ap.add_argument("--init-seed", type=int, default=None,
+                    help="seed of the initial weights (default train.seed; batches always follow toy's)")
     args = ap.parse_args()
 
     torch.set_num_threads(args.threads)
@@ -228,8 +319,11 @@ def main():
     dtype = np.uint16 if meta["dtype"] == "u16" else np.uint32
     tokens = np.memmap(os.path.join(data, "train.bin"), dtype=dtype, mode="r")
 
-    torch.manual_seed(tr.get("seed", 0))
+    torch.manual_seed(tr.get("seed", 0) if args.init_seed is None else args.init_seed)
     model = Model(m)
+    if args.init_from:
+        assert not m["depth_scale"], "--init-from reads depth-folded norms: use depth_scale = false"
+        load_toy_weights(model, args.init_from)
     decay = [p for p in model.parameters() if p.dim() == 2 and p is not model.embd.weight
              and (model.pos is None or p is not model.pos.weight)]
     ids = {id(p) for p in decay}
@@ -271,6 +365,7 @@ def main():
         "threads": torch.get_num_threads(),
         "steps": args.steps,
         "params": sum(p.numel() for p in model.parameters()),
+        "init": args.init_from or f"seed {tr.get('seed', 0) if args.init_seed is None else args.init_seed}",
         "tok_s": statistics.median(steady),
         "losses": losses,
         "wall_s": time.perf_counter() - t_start,

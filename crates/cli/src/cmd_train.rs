@@ -27,12 +27,18 @@ pub struct Args {
     /// Stop after this many steps (as an interruption would; resume continues).
     #[arg(long, hide = true)]
     stop_after: Option<usize>,
+    /// Also checkpoint the initial weights (ckpt-000000), e.g. to start PyTorch from them.
+    #[arg(long)]
+    checkpoint_start: bool,
 }
 
 pub fn run(a: Args) -> Result<()> {
-    let recipe = match (&a.resume, &a.recipe) {
-        (Some(dir), _) => RunDir::open(dir)?.1,
-        (None, Some(path)) => Recipe::load(path, &a.set)?,
+    let (existing, recipe) = match (&a.resume, &a.recipe) {
+        (Some(dir), _) => {
+            let (run, recipe) = RunDir::open(dir)?;
+            (Some(run), recipe)
+        }
+        (None, Some(path)) => (None, Recipe::load(path, &a.set)?),
         (None, None) => bail!("give a recipe, or --resume runs/<id>"),
     };
     if !toy::train::data::is_prepared(&recipe.data.dir) {
@@ -44,9 +50,10 @@ pub fn run(a: Args) -> Result<()> {
     }
     // The data is checked (and prepared) before a run folder is made for it.
     ensure_data(&recipe)?;
-    let (run, resume) = match &a.resume {
-        Some(dir) => (RunDir::open(dir)?.0, true),
-        None => (RunDir::create(&a.runs_dir, &recipe)?, false),
+    let resume = existing.is_some();
+    let run = match existing {
+        Some(run) => run,
+        None => RunDir::create(&a.runs_dir, &recipe)?,
     };
     eprintln!(
         "run {} ({} {}, {} steps of {} x {} tokens){}",
@@ -92,6 +99,7 @@ pub fn run(a: Args) -> Result<()> {
     };
     let hooks = Hooks {
         stop_after: a.stop_after,
+        checkpoint_at_start: a.checkpoint_start,
         ..Hooks::default()
     };
     let outcome = train(&run, &recipe, resume, &hooks, &mut observe);

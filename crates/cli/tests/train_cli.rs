@@ -107,10 +107,13 @@ fn prepare_train_runs_plot_generate() {
         &arg(&runs),
         "--set",
         "train.steps=10",
+        "--checkpoint-start",
     ]);
     assert!(out.contains("after 10 steps"), "{out}");
     let run = only_run(&runs);
     for f in [
+        "ckpt-000000.gguf",
+        "ckpt-000000.state",
         "config.toml",
         "events.jsonl",
         "ckpt-000005.gguf",
@@ -132,7 +135,7 @@ fn prepare_train_runs_plot_generate() {
     assert_eq!(types.last().map(String::as_str), Some("run_end"));
     assert_eq!(types.iter().filter(|t| *t == "step").count(), 10);
     assert_eq!(types.iter().filter(|t| *t == "eval").count(), 2);
-    assert_eq!(types.iter().filter(|t| *t == "checkpoint").count(), 2);
+    assert_eq!(types.iter().filter(|t| *t == "checkpoint").count(), 3);
     let step: serde_json::Value = serde_json::from_str(
         events
             .lines()

@@ -114,27 +114,34 @@ fn read_file(path: &Path, docs: &mut Vec<String>) -> Result<(), CorpusError> {
     Ok(())
 }
 
-/// The folder of the Rust book in the local Rust documentation.
+/// The folder of the Rust book in the local Rust documentation: beside the index that
+/// `rustup doc --path` names, or under `rustc --print sysroot` when rustup is not there.
 pub fn rust_book_dir() -> Result<PathBuf, CorpusError> {
-    let out = std::process::Command::new("rustup")
-        .args(["doc", "--path"])
-        .output()
-        .map_err(|e| CorpusError::NoRustBook(format!("cannot run `rustup doc --path`: {e}")))?;
-    if !out.status.success() {
-        let msg = String::from_utf8_lossy(&out.stderr).trim().to_string();
-        return Err(CorpusError::NoRustBook(format!(
-            "`rustup doc --path` failed: {msg}"
-        )));
+    let run = |cmd: &str, args: &[&str]| -> Result<PathBuf, String> {
+        let out = std::process::Command::new(cmd)
+            .args(args)
+            .output()
+            .map_err(|e| format!("cannot run `{cmd}`: {e}"))?;
+        if !out.status.success() {
+            let msg = String::from_utf8_lossy(&out.stderr).trim().to_string();
+            return Err(format!("`{cmd} {}` failed: {msg}", args.join(" ")));
+        }
+        Ok(PathBuf::from(String::from_utf8_lossy(&out.stdout).trim()))
+    };
+    let candidates = [
+        run("rustup", &["doc", "--path"])
+            .map(|index| index.parent().unwrap_or(Path::new(".")).join("book")),
+        run("rustc", &["--print", "sysroot"]).map(|root| root.join("share/doc/rust/html/book")),
+    ];
+    let mut tried = Vec::new();
+    for c in candidates {
+        match c {
+            Ok(book) if book.join("ch01-01-installation.html").is_file() => return Ok(book),
+            Ok(book) => tried.push(format!("{} holds no book chapters", book.display())),
+            Err(e) => tried.push(e),
+        }
     }
-    let index = PathBuf::from(String::from_utf8_lossy(&out.stdout).trim());
-    let book = index.parent().unwrap_or(Path::new(".")).join("book");
-    if !book.join("ch01-01-installation.html").is_file() {
-        return Err(CorpusError::NoRustBook(format!(
-            "{} holds no book chapters",
-            book.display()
-        )));
-    }
-    Ok(book)
+    Err(CorpusError::NoRustBook(tried.join("; ")))
 }
 
 /// The chapters and appendices of the Rust book (`ch*.html`, `appendix-*.html`), as text.

@@ -75,6 +75,9 @@ pub struct Hooks {
     pub crash_checkpoint_at: Option<usize>,
     /// Set the first parameter to NaN before this (1-based) step.
     pub poison_at: Option<usize>,
+    /// Write a checkpoint of the initial weights (step 0) before training, e.g. so another
+    /// framework can start from the same weights.
+    pub checkpoint_at_start: bool,
 }
 
 /// How a call to [`train`] ended.
@@ -134,6 +137,9 @@ pub fn train(
 ) -> Result<Outcome, TrainRunError> {
     let mut s = Session::open(run, recipe, resume, observe)?;
     let total = recipe.train.steps;
+    if hooks.checkpoint_at_start && s.start == 0 {
+        s.checkpoint(0, Fault::None)?;
+    }
     for step in s.start + 1..=total {
         if hooks.poison_at == Some(step) {
             s.model.params[0] = f32::NAN;
