@@ -14,10 +14,15 @@ use crate::quant::GgmlType;
 
 /// Rows per group (the lanes of a 512-bit vector of f32).
 const G: usize = 16;
-/// Tokens per tile in prefill.
-const TT: usize = 8;
+/// Tokens per tile in prefill: one widened weight vector serves TT multiply-adds.
+const TT: usize = 12;
+/// Columns per pass: a tile's activations for them (TT x KC f32, 12 KiB) stay in L1.
+const KC: usize = 256;
 /// Groups per task: their weights stay in L2 while a tile of tokens runs over them.
 pub const GROUPS_PER_TASK: usize = 4;
+/// Tokens per task in prefill (4 tiles): tasks over tokens as well as rows keep both threads
+/// busy to the end when the rows alone split unevenly.
+pub const TOKENS_PER_TASK: usize = 4 * TT;
 
 #[derive(Debug)]
 pub struct PackedF16 {
@@ -56,7 +61,8 @@ impl PackedF16 {
         self.rows.div_ceil(G)
     }
 
-    /// Rows of groups g0..g1 for all T tokens of `x` (T, K), already rounded to f16:
+    /// Rows of groups g0..g1 (at most `GROUPS_PER_TASK`) for tokens `tokens` of `x` (T, K),
+    /// already rounded to f16:
     /// out[t * ldo + r]. Token tiles run outside, groups inside, so a tile's activations stay
     /// in L1 and the groups' weights in L2.
     ///
@@ -68,31 +74,54 @@ impl PackedF16 {
         g0: usize,
         g1: usize,
         x: &[f32],
-        t: usize,
+        tokens: std::ops::Range<usize>,
         out: *mut f32,
         ldo: usize,
     ) {
+        let t = tokens.end;
         assert!(x.len() >= t * self.cols, "activations are (T, K)");
         #[cfg(target_arch = "x86_64")]
         {
-            let mut t0 = 0;
+            assert!(
+                g1 - g0 <= GROUPS_PER_TASK,
+                "at most {GROUPS_PER_TASK} groups a call"
+            );
+            let k = self.cols;
+            let mut t0 = tokens.start;
             while t0 < t {
                 let tn = (t - t0).min(TT);
-                for g in g0..g1 {
-                    let mut res = [[0f32; G]; TT];
-                    let xs = &x[t0 * self.cols..];
-                    match tn {
-                        8 => avx512::group::<8>(self, g, xs, &mut res),
-                        7 => avx512::group::<7>(self, g, xs, &mut res),
-                        6 => avx512::group::<6>(self, g, xs, &mut res),
-                        5 => avx512::group::<5>(self, g, xs, &mut res),
-                        4 => avx512::group::<4>(self, g, xs, &mut res),
-                        3 => avx512::group::<3>(self, g, xs, &mut res),
-                        2 => avx512::group::<2>(self, g, xs, &mut res),
-                        _ => avx512::group_one(self, g, xs, &mut res[0]),
+                let xs = &x[t0 * k..];
+                // partial sums of each group, carried from one column pass to the next
+                let mut res = [[[0f32; G]; TT]; GROUPS_PER_TASK];
+                if tn == 1 {
+                    for g in g0..g1 {
+                        avx512::group_one(self, g, xs, &mut res[g - g0][0]);
                     }
+                }
+                let mut c0 = 0;
+                while tn > 1 && c0 < k {
+                    let c1 = (c0 + KC).min(k);
+                    for g in g0..g1 {
+                        let r = &mut res[g - g0];
+                        match tn {
+                            12 => avx512::group::<12>(self, g, xs, c0..c1, r),
+                            11 => avx512::group::<11>(self, g, xs, c0..c1, r),
+                            10 => avx512::group::<10>(self, g, xs, c0..c1, r),
+                            9 => avx512::group::<9>(self, g, xs, c0..c1, r),
+                            8 => avx512::group::<8>(self, g, xs, c0..c1, r),
+                            7 => avx512::group::<7>(self, g, xs, c0..c1, r),
+                            6 => avx512::group::<6>(self, g, xs, c0..c1, r),
+                            5 => avx512::group::<5>(self, g, xs, c0..c1, r),
+                            4 => avx512::group::<4>(self, g, xs, c0..c1, r),
+                            3 => avx512::group::<3>(self, g, xs, c0..c1, r),
+                            _ => avx512::group::<2>(self, g, xs, c0..c1, r),
+                        }
+                    }
+                    c0 = c1;
+                }
+                for g in g0..g1 {
                     let rows = G.min(self.rows - g * G);
-                    for (j, rj) in res.iter().enumerate().take(tn) {
+                    for (j, rj) in res[g - g0].iter().enumerate().take(tn) {
                         for (l, v) in rj.iter().enumerate().take(rows) {
                             *out.add((t0 + j) * ldo + g * G + l) = *v;
                         }
@@ -102,7 +131,7 @@ impl PackedF16 {
             }
         }
         #[cfg(not(target_arch = "x86_64"))]
-        let _ = (g0, g1, x, t, out, ldo);
+        let _ = (g0, g1, x, tokens, out, ldo);
     }
 }
 
@@ -111,19 +140,24 @@ mod avx512 {
     use super::*;
     use std::arch::x86_64::*;
 
-    /// One group of 16 rows against TN tokens (x is (TN, K)): one accumulator per token.
+    /// One group of 16 rows against TN tokens (x is (TN, K)) over columns `cols`, one
+    /// accumulator per token, carried in `res` between passes (zero before the first).
     #[target_feature(enable = "avx512f,fma,f16c")]
     pub unsafe fn group<const TN: usize>(
         p: &PackedF16,
         g: usize,
         x: &[f32],
+        cols: std::ops::Range<usize>,
         res: &mut [[f32; G]; TT],
     ) {
         let k = p.cols;
         let w = p.data.as_ptr().add(g * k * G);
         let xp = x.as_ptr();
         let mut acc = [_mm512_setzero_ps(); TN];
-        for c in 0..k {
+        for (j, a) in acc.iter_mut().enumerate() {
+            *a = _mm512_loadu_ps(res[j].as_ptr());
+        }
+        for c in cols {
             let wv = _mm512_cvtph_ps(_mm256_loadu_si256(w.add(c * G) as *const __m256i));
             for (j, a) in acc.iter_mut().enumerate() {
                 *a = _mm512_fmadd_ps(wv, _mm512_set1_ps(*xp.add(j * k + c)), *a);
@@ -190,7 +224,12 @@ mod tests {
                 .collect();
             let mut y = vec![0f32; t * rows];
             // SAFETY: the kernel exists (checked above); y is (T, rows), written by this call only.
-            unsafe { p.gemm_groups(0, p.groups(), &x, t, y.as_mut_ptr(), rows) };
+            for g0 in (0..p.groups()).step_by(GROUPS_PER_TASK) {
+                let g1 = (g0 + GROUPS_PER_TASK).min(p.groups());
+                // two token ranges, as the parallel driver splits them
+                unsafe { p.gemm_groups(g0, g1, &x, 0..t / 2, y.as_mut_ptr(), rows) };
+                unsafe { p.gemm_groups(g0, g1, &x, t / 2..t, y.as_mut_ptr(), rows) };
+            }
             for i in 0..t {
                 for r in 0..rows {
                     let want = dot_f16_ref(q.row(r), &x[i * k..(i + 1) * k]);

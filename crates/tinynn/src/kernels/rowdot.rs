@@ -60,6 +60,8 @@ pub(super) struct Acts {
     pub(super) q8_1: Q8_1Act,
     pub(super) q8k: Q8KAct,
     pub(super) f16: Vec<f32>,
+    /// x as f16, on the way to `f16`.
+    pub(super) f16_bits: Vec<half::f16>,
 }
 
 thread_local! {
@@ -78,9 +80,13 @@ fn with_acts<R>(x: &[f32], dots: &[RowDot], tiles: bool, f: impl FnOnce(&Acts) -
             acts.q8k.quantize(x);
         }
         if dots.iter().any(|d| matches!(d, RowDot::F16)) {
-            acts.f16.clear();
-            acts.f16
-                .extend(x.iter().map(|v| half::f16::from_f32(*v).to_f32()));
+            // through an f16 buffer: half's slice conversions run 8 lanes at a time (F16C)
+            use half::slice::HalfFloatSliceExt;
+            let Acts { f16, f16_bits, .. } = &mut *acts;
+            f16_bits.resize(x.len(), half::f16::ZERO);
+            f16_bits.convert_from_f32_slice(x);
+            f16.resize(x.len(), 0.0);
+            f16_bits.convert_to_f32_slice(f16);
         }
         f(&acts)
     })
@@ -150,27 +156,30 @@ pub(super) fn packed_many(ws: &[QMat], x: &[f32], t: usize, ys: &mut [&mut [f32]
 /// Products on repacked F16 weights: X rounded to f16 once (as ggml's F16 products see it),
 /// one parallel loop over chunks of groups of every matrix.
 fn packed_f16_many(ws: &[QMat], x: &[f32], t: usize, ys: &mut [&mut [f32]]) {
-    use super::repack_f16::GROUPS_PER_TASK;
+    use super::repack_f16::{GROUPS_PER_TASK, TOKENS_PER_TASK};
     // one token tile: nothing to keep in L2, so small tasks balance the threads better
     let per_task = if t <= 8 { 1 } else { GROUPS_PER_TASK };
     with_acts(x, &[RowDot::F16], false, |acts| {
         let outs: Vec<OutPtr> = ys.iter_mut().map(|y| OutPtr(y.as_mut_ptr())).collect();
-        let tasks: Vec<(usize, usize)> = ws
+        let tasks: Vec<(usize, usize, usize)> = ws
             .iter()
             .enumerate()
             .flat_map(|(i, w)| {
                 let groups = w.packed.map_or(0, |p| p.groups());
-                (0..groups).step_by(per_task).map(move |g| (i, g))
+                (0..groups)
+                    .step_by(per_task)
+                    .flat_map(move |g| (0..t).step_by(TOKENS_PER_TASK).map(move |t0| (i, g, t0)))
             })
             .collect();
-        tasks.into_par_iter().for_each(|(i, g0)| {
+        tasks.into_par_iter().for_each(|(i, g0, t0)| {
             let Some(Packed::F16(p)) = ws[i].packed else {
                 return;
             };
             let g1 = (g0 + per_task).min(p.groups());
-            // SAFETY: packs are only made where the kernel runs; this task alone writes the
-            // rows of groups g0..g1 of output i (T, N_i).
-            unsafe { p.gemm_groups(g0, g1, &acts.f16, t, outs[i].at(0), ws[i].rows) };
+            let t1 = (t0 + TOKENS_PER_TASK).min(t);
+            // SAFETY: packs are only made where the kernel runs; this task alone writes rows
+            // g0..g1 of tokens t0..t1 of output i (T, N_i).
+            unsafe { p.gemm_groups(g0, g1, &acts.f16, t0..t1, outs[i].at(0), ws[i].rows) };
         });
     })
 }
