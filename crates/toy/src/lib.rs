@@ -1,8 +1,9 @@
 //! toy: the library behind the `toy` binary. GGUF files, the tokenizer and chat template,
-//! the model families, inference (KV cache, sampler, generation) and evaluation.
+//! the model families, inference (KV cache, sampler, generation), evaluation and training.
 //! Everything here is synchronous; the server and the CLI drive it.
 
 pub mod chat_template;
+pub mod durable;
 pub mod eval;
 pub mod gguf;
 pub mod infer;

@@ -196,17 +196,7 @@ impl<'a> GgufWriter<'a> {
         file.sync_all().map_err(io(tmp))?;
         drop(file);
         std::fs::rename(tmp, path).map_err(io(path))?;
-        let dir = match path.parent() {
-            Some(d) if !d.as_os_str().is_empty() => d,
-            _ => Path::new("."),
-        };
-        // Makes the rename itself durable; directories cannot be opened for this on Windows.
-        if cfg!(unix) {
-            std::fs::File::open(dir)
-                .and_then(|d| d.sync_all())
-                .map_err(io(dir))?;
-        }
-        Ok(())
+        crate::durable::sync_parent_dir(path).map_err(io(crate::durable::parent_dir(path)))
     }
 }
 

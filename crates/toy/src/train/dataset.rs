@@ -113,16 +113,7 @@ pub fn tmp_path(path: &Path) -> PathBuf {
 
 /// Makes a rename in `path`'s folder durable.
 pub fn sync_dir(path: &Path) -> Result<(), ShardError> {
-    let dir = match path.parent() {
-        Some(d) if !d.as_os_str().is_empty() => d,
-        _ => Path::new("."),
-    };
-    if cfg!(unix) {
-        std::fs::File::open(dir)
-            .and_then(|d| d.sync_all())
-            .map_err(io(dir))?;
-    }
-    Ok(())
+    crate::durable::sync_parent_dir(path).map_err(io(crate::durable::parent_dir(path)))
 }
 
 /// One split's tokens, memory-mapped.
