@@ -91,15 +91,23 @@ impl PackedF16 {
             while t0 < t {
                 let tn = (t - t0).min(TT);
                 let xs = &x[t0 * k..];
+                if tn == 1 {
+                    // decode: one stream through the groups, no tile of partial sums to clear
+                    for g in g0..g1 {
+                        let mut r = [0f32; G];
+                        avx512::group_one(self, g, xs, &mut r);
+                        let rows = G.min(self.rows - g * G);
+                        for (l, v) in r.iter().enumerate().take(rows) {
+                            *out.add(t0 * ldo + g * G + l) = *v;
+                        }
+                    }
+                    t0 += TT;
+                    continue;
+                }
                 // partial sums of each group, carried from one column pass to the next
                 let mut res = [[[0f32; G]; TT]; GROUPS_PER_TASK];
-                if tn == 1 {
-                    for g in g0..g1 {
-                        avx512::group_one(self, g, xs, &mut res[g - g0][0]);
-                    }
-                }
                 let mut c0 = 0;
-                while tn > 1 && c0 < k {
+                while c0 < k {
                     let c1 = (c0 + KC).min(k);
                     for g in g0..g1 {
                         let r = &mut res[g - g0];
