@@ -96,6 +96,7 @@ impl PackedQ4 {
         let (extra, qs_at, chunks) = layout(w.ty);
         let size = w.ty.type_size();
         let mut data = vec![0u8; groups * nb * gb];
+        super::huge_pages(&mut data);
         for r in 0..w.rows {
             let (g, lane) = (r / G, r % G);
             let row = w.row(r);

@@ -44,6 +44,7 @@ impl PackedF16 {
         }
         let k = w.cols;
         let mut data = vec![0u16; w.rows.div_ceil(G) * G * k];
+        super::huge_pages(&mut data);
         for r in 0..w.rows {
             let (g, lane) = (r / G, r % G);
             for (c, b) in w.row(r).chunks_exact(2).enumerate() {
