@@ -104,7 +104,9 @@ mod huge_page_tests {
         for (len, skip) in [(10usize, 0usize), (3 << 20, 1), (9 << 20, 3)] {
             let mut v = vec![0u8; len];
             super::huge_pages(&mut v[skip..]);
-            v.iter_mut().enumerate().for_each(|(i, b)| *b = (i % 251) as u8);
+            v.iter_mut()
+                .enumerate()
+                .for_each(|(i, b)| *b = (i % 251) as u8);
             assert!(v.iter().enumerate().all(|(i, b)| *b == (i % 251) as u8));
         }
     }
