@@ -106,7 +106,8 @@ fn matmul_exact(w: &QMat, x: &[f32], corr: &[f32], t: usize, y: &mut [f32]) {
     });
 }
 
-/// dst (T, rows; row stride `ldd`) (+)= lhs (T, K) * rhs^T, rhs (rows, K) row-major.
+/// dst (T, rows; row stride `ldd`) (+)= lhs (T, K) * rhs^T, rhs (rows, K) row-major, on
+/// this thread (the callers split the work).
 ///
 /// # Safety
 /// `dst` must be valid for writes at `i * ldd + j` for i < t, j < rows, and no other thread
@@ -122,12 +123,12 @@ unsafe fn gemm_panel(
     k: usize,
     accumulate: bool,
 ) {
-    gemm::gemm(
+    use crate::layers::matmul::{gemm_strided, Parallelism};
+    gemm_strided(
         t,
         rows,
         k,
         dst,
-        1,
         ldd as isize,
         accumulate,
         lhs.as_ptr(),
@@ -136,11 +137,7 @@ unsafe fn gemm_panel(
         rhs.as_ptr(),
         k as isize,
         1,
-        if accumulate { 1.0 } else { 0.0 },
         1.0,
-        false,
-        false,
-        false,
-        gemm::Parallelism::None,
+        Parallelism::None,
     )
 }

@@ -12,6 +12,7 @@ use super::{qgemm, OutPtr, QMat};
 use crate::quant::{GgmlType, QK_K};
 use rayon::prelude::*;
 use std::cell::RefCell;
+use std::ops::Range;
 
 /// Decode's integer row dot for a weight type: which 8-bit form of x it reads, and the kernel.
 #[derive(Clone, Copy)]
@@ -136,8 +137,8 @@ thread_local! {
     static XSUM: RefCell<Vec<i32>> = const { RefCell::new(Vec::new()) };
 }
 
-/// Products on repacked Q4_0 weights (every `ws[i].packed` is set): X quantized once, each
-/// block's sum taken once, one parallel loop over groups of 16 rows of every matrix.
+/// Products on repacked weights (every `ws[i].packed` is set): X converted once for the
+/// kernel of the weights' type, one parallel loop over tiles of every matrix.
 pub(super) fn packed_many(ws: &[QMat], x: &[f32], t: usize, ys: &mut [&mut [f32]]) {
     let f16s = ws
         .iter()
@@ -153,38 +154,56 @@ pub(super) fn packed_many(ws: &[QMat], x: &[f32], t: usize, ys: &mut [&mut [f32]
     }
 }
 
-/// Products on repacked F16 weights: X rounded to f16 once (as ggml's F16 products see it),
-/// one parallel loop over chunks of groups of every matrix.
+/// Run `f(i, g0..g1, t0..t1)` in parallel over tiles of `per_task` groups of 16 rows and
+/// `tokens_per_task` tokens of every matrix `ws[i]`: each tile writes its own part of output i.
+fn par_tiles(
+    ws: &[QMat],
+    t: usize,
+    per_task: usize,
+    tokens_per_task: usize,
+    f: impl Fn(usize, Range<usize>, Range<usize>) + Sync,
+) {
+    let tasks: Vec<(usize, usize, usize)> = ws
+        .iter()
+        .enumerate()
+        .flat_map(|(i, w)| {
+            let groups = w.packed.map_or(0, |p| p.groups());
+            (0..groups)
+                .step_by(per_task)
+                .flat_map(move |g| (0..t).step_by(tokens_per_task).map(move |t0| (i, g, t0)))
+        })
+        .collect();
+    tasks.into_par_iter().for_each(|(i, g0, t0)| {
+        let groups = ws[i].packed.map_or(0, |p| p.groups());
+        f(
+            i,
+            g0..(g0 + per_task).min(groups),
+            t0..(t0 + tokens_per_task).min(t),
+        )
+    });
+}
+
+/// Products on repacked F16 weights: X rounded to f16 once (as ggml's F16 products see it);
+/// tiles over tokens as well as rows.
 fn packed_f16_many(ws: &[QMat], x: &[f32], t: usize, ys: &mut [&mut [f32]]) {
     use super::repack_f16::{GROUPS_PER_TASK, TOKENS_PER_TASK};
     // one token tile: nothing to keep in L2, so small tasks balance the threads better
     let per_task = if t <= 8 { 1 } else { GROUPS_PER_TASK };
     with_acts(x, &[RowDot::F16], false, |acts| {
         let outs: Vec<OutPtr> = ys.iter_mut().map(|y| OutPtr(y.as_mut_ptr())).collect();
-        let tasks: Vec<(usize, usize, usize)> = ws
-            .iter()
-            .enumerate()
-            .flat_map(|(i, w)| {
-                let groups = w.packed.map_or(0, |p| p.groups());
-                (0..groups)
-                    .step_by(per_task)
-                    .flat_map(move |g| (0..t).step_by(TOKENS_PER_TASK).map(move |t0| (i, g, t0)))
-            })
-            .collect();
-        tasks.into_par_iter().for_each(|(i, g0, t0)| {
+        par_tiles(ws, t, per_task, TOKENS_PER_TASK, |i, g, tokens| {
             let Some(Packed::F16(p)) = ws[i].packed else {
                 return;
             };
-            let g1 = (g0 + per_task).min(p.groups());
-            let t1 = (t0 + TOKENS_PER_TASK).min(t);
-            // SAFETY: packs are only made where the kernel runs; this task alone writes rows
-            // g0..g1 of tokens t0..t1 of output i (T, N_i).
-            unsafe { p.gemm_groups(g0, g1, &acts.f16, t0..t1, outs[i].at(0), ws[i].rows) };
+            // SAFETY: packs are only made where the kernel runs; this tile alone writes rows
+            // of groups g of tokens `tokens` of output i (T, N_i).
+            unsafe { p.gemm_groups(g.start, g.end, &acts.f16, tokens, outs[i].at(0), ws[i].rows) };
         });
     })
 }
 
-/// Products on repacked 8-bit-kernel weights.
+/// Products on repacked 8-bit-kernel weights: X quantized once, each block's sum taken once;
+/// tiles of two groups over all tokens.
 fn packed_int8_many(ws: &[QMat], x: &[f32], t: usize, ys: &mut [&mut [f32]]) {
     with_acts(x, &[], true, |acts| {
         XSUM.with(|xs| {
@@ -192,22 +211,15 @@ fn packed_int8_many(ws: &[QMat], x: &[f32], t: usize, ys: &mut [&mut [f32]]) {
             super::repack::block_sums(&acts.q8_1, &mut xs);
             let xs = &*xs;
             let outs: Vec<OutPtr> = ys.iter_mut().map(|y| OutPtr(y.as_mut_ptr())).collect();
-            let tasks: Vec<(usize, usize)> = ws
-                .iter()
-                .enumerate()
-                .flat_map(|(i, w)| {
-                    let groups = w.packed.map_or(0, |p| p.groups());
-                    (0..groups).step_by(2).map(move |g| (i, g))
-                })
-                .collect();
-            tasks.into_par_iter().for_each(|(i, g0)| {
+            par_tiles(ws, t, 2, t.max(1), |i, g, _| {
                 let Some(Packed::Int8(p)) = ws[i].packed else {
                     return;
                 };
-                let g1 = (g0 + 2).min(p.groups());
                 // SAFETY: the packed kernel exists on this CPU (packs are only made then); this
-                // task alone writes the rows of groups g0..g1 of output i (T, N_i).
-                unsafe { p.gemm_groups(g0, g1, &acts.q8_1, xs, t, outs[i].at(0), ws[i].rows) };
+                // tile alone writes the rows of groups g of output i (T, N_i).
+                unsafe {
+                    p.gemm_groups(g.start, g.end, &acts.q8_1, xs, t, outs[i].at(0), ws[i].rows)
+                };
             });
         })
     })
