@@ -97,11 +97,7 @@ pub async fn post(s: &Server, path: &str, body: &Value) -> (u16, Value) {
         .send()
         .await
         .expect("request sent");
-    let status = r.status().as_u16();
-    let text = r.text().await.expect("body read");
-    let v = serde_json::from_str(&text)
-        .unwrap_or_else(|e| panic!("{path} answered {status} with non-JSON ({e}): {text}"));
-    (status, v)
+    json_of(path, r).await
 }
 
 pub async fn get(s: &Server, path: &str) -> (u16, Value) {
@@ -110,6 +106,11 @@ pub async fn get(s: &Server, path: &str) -> (u16, Value) {
         .send()
         .await
         .expect("request sent");
+    json_of(path, r).await
+}
+
+/// Status and body of `r`, which must be JSON (errors included).
+async fn json_of(path: &str, r: reqwest::Response) -> (u16, Value) {
     let status = r.status().as_u16();
     let text = r.text().await.expect("body read");
     let v = serde_json::from_str(&text)
