@@ -72,6 +72,23 @@ impl OutPtr {
     }
 }
 
+/// Run `f` on `len` floats of the per-thread scratch `key` (grown on first use only, never
+/// freed): what kernels use instead of allocating in a hot loop. Each user has its own key, so
+/// one scratch is never borrowed twice.
+pub(crate) fn with_scratch<R>(
+    key: &'static std::thread::LocalKey<std::cell::RefCell<Vec<f32>>>,
+    len: usize,
+    f: impl FnOnce(&mut [f32]) -> R,
+) -> R {
+    key.with(|s| {
+        let mut s = s.borrow_mut();
+        if s.len() < len {
+            s.resize(len, 0.0);
+        }
+        f(&mut s[..len])
+    })
+}
+
 /// Ask the kernel to back `buf` with 2 MiB pages before it is first written (Linux, where
 /// transparent huge pages are in `madvise` mode): the repacked weights are streamed once per
 /// token, and a stream over huge pages keeps the prefetchers running past 4 KiB boundaries and

@@ -33,15 +33,9 @@ thread_local! {
     static SCRATCH: RefCell<Vec<f32>> = const { RefCell::new(Vec::new()) };
 }
 
-/// Run `f` on a per-thread scratch of `len` floats (allocated on a thread's first use only).
+/// Run `f` on this file's per-thread scratch of `len` floats.
 fn with_scratch<R>(len: usize, f: impl FnOnce(&mut [f32]) -> R) -> R {
-    SCRATCH.with(|s| {
-        let mut s = s.borrow_mut();
-        if s.len() < len {
-            s.resize(len, 0.0);
-        }
-        f(&mut s[..len])
-    })
+    crate::kernels::with_scratch(&SCRATCH, len, f)
 }
 
 multiversion! {
