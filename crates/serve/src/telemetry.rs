@@ -15,24 +15,9 @@ pub struct Telemetry {
     pub log_prompts: bool,
 }
 
-/// `YYYYMMDD-HHMMSS` of a unix time, UTC (civil-from-days, Howard Hinnant's algorithm).
+/// `YYYYMMDD-HHMMSS` of a unix time, UTC: the stamp training runs are named with.
 pub fn timestamp(unix: u64) -> String {
-    let (days, secs) = ((unix / 86400) as i64, unix % 86400);
-    let z = days + 719_468;
-    let era = z.div_euclid(146_097);
-    let doe = z - era * 146_097;
-    let yoe = (doe - doe / 1460 + doe / 36524 - doe / 146_096) / 365;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let d = doy - (153 * mp + 2) / 5 + 1;
-    let m = if mp < 10 { mp + 3 } else { mp - 9 };
-    let y = yoe + era * 400 + i64::from(m <= 2);
-    format!(
-        "{y:04}{m:02}{d:02}-{:02}{:02}{:02}",
-        secs / 3600,
-        secs / 60 % 60,
-        secs % 60
-    )
+    toy::train::run::utc_stamp(unix as f64)
 }
 
 impl Telemetry {
