@@ -94,3 +94,43 @@ fn serve_without_its_model_fails_clearly() {
         "{err}"
     );
 }
+
+#[test]
+fn serve_keeps_serving_when_nobody_reads_its_output() {
+    // a closed stdout made the URL line panic (println!), which killed the server
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .expect("a free port")
+        .port();
+    let runs = std::env::temp_dir().join(format!("toy-cli-serve-closed-{}", std::process::id()));
+    let mut child = Command::new(env!("CARGO_BIN_EXE_toy"))
+        .args(["-t", "2", "serve", "-m", &model(), "--parallel", "1"])
+        .args(["--port", &port.to_string()])
+        .arg("--runs-dir")
+        .arg(&runs)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("toy serve starts");
+    drop(child.stdout.take());
+    let mut server = Running(child);
+    let addr = format!("127.0.0.1:{port}");
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    while TcpStream::connect(&addr).is_err() {
+        assert!(
+            server.0.try_wait().expect("status").is_none(),
+            "toy serve exited"
+        );
+        assert!(std::time::Instant::now() < deadline, "never listened");
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    let body = r#"{"messages":[{"role":"user","content":"Hi"}],"max_tokens":2,"temperature":0}"#;
+    let (status, answer) = http(&addr, "POST", "/v1/chat/completions", body);
+    assert_eq!(status, 200, "{answer}");
+    assert!(
+        server.0.try_wait().expect("status").is_none(),
+        "still running"
+    );
+    drop(server);
+    let _ = std::fs::remove_dir_all(runs);
+}

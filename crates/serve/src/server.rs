@@ -16,6 +16,7 @@ use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::Router;
+use std::io::Write;
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -237,10 +238,15 @@ pub fn run(cfg: ServeConfig) -> Result<(), ServeError> {
         source,
     })?;
     let models = p.state.registry.ids().join(", ");
-    println!("toy serve: http://{addr}/ (models: {models})");
+    // `writeln!`, not `println!`: a server must keep serving when whoever started it stops
+    // reading its output (println! panics on a closed pipe)
+    let mut out = std::io::stdout().lock();
+    let _ = writeln!(out, "toy serve: http://{addr}/ (models: {models})");
     if let Some(dir) = &p.state.telemetry.dir {
-        println!("telemetry: {}", dir.join("events.jsonl").display());
+        let _ = writeln!(out, "telemetry: {}", dir.join("events.jsonl").display());
     }
+    let _ = out.flush();
+    drop(out);
     let Prepared {
         state,
         listener,
