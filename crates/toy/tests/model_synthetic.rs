@@ -223,3 +223,37 @@ fn gpt2_state_is_capped_at_trained_context() {
     );
     m.forward(&mut st, &long[..GPT2.ctx], Logits::Last).unwrap();
 }
+
+/// Every matrix a kernel repacks goes into the model's one arena (2 MiB pages for all of
+/// them), and the arena is sized exactly: nothing is left over to take memory.
+#[test]
+fn repacked_matrices_fill_one_exact_arena() {
+    use toy::gguf::GgufFile;
+    use toy::model::weights::Loader;
+    use toy::model::{gpt2::Gpt2, llama::Llama, Config};
+    for s in [LLAMA, GPT2] {
+        for ty in [GgmlType::F16, GgmlType::Q4_0, GgmlType::Q8_0] {
+            let f = GgufFile::from_bytes(gguf(&s, &weights(&s), ty)).unwrap();
+            let cfg = Config::from_gguf(&f).unwrap();
+            let want: usize = f
+                .tensors
+                .iter()
+                .filter(|t| t.dims.len() == 2)
+                .filter_map(|t| {
+                    let (rows, cols) = (t.dims[1] as usize, t.dims[0] as usize);
+                    tinynn::kernels::repack::Packed::bytes_for(t.ty, rows, cols)
+                })
+                .map(tinynn::kernels::arena::padded)
+                .sum();
+            if ty == GgmlType::F16 && tinynn::kernels::repack_f16::has_f16_kernel() {
+                assert!(want > 0, "F16 matrices are repacked on this CPU");
+            }
+            let l = Loader::new(&f);
+            match s.arch {
+                "gpt2" => drop(Gpt2::load(&l, &cfg).unwrap()),
+                _ => drop(Llama::load(&l, &cfg).unwrap()),
+            }
+            assert_eq!(l.packed_bytes(), (want, want), "{} {ty}", s.arch);
+        }
+    }
+}

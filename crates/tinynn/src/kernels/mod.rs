@@ -8,6 +8,7 @@
 
 pub mod act;
 pub mod act_quant;
+pub mod arena;
 // SIMD kernels index several register arrays in step; iterators would hide that.
 #[allow(clippy::needless_range_loop)]
 pub mod attention;
@@ -87,44 +88,4 @@ pub(crate) fn with_scratch<R>(
         }
         f(&mut s[..len])
     })
-}
-
-/// Ask the kernel to back `buf` with 2 MiB pages before it is first written (Linux, where
-/// transparent huge pages are in `madvise` mode): the repacked weights are streamed once per
-/// token, and a stream over huge pages keeps the prefetchers running past 4 KiB boundaries and
-/// the TLB out of the way. A hint only: nothing changes where it is refused.
-pub fn huge_pages<T>(buf: &mut [T]) {
-    #[cfg(target_os = "linux")]
-    {
-        let len = std::mem::size_of_val(buf);
-        if len >= 4 << 20 {
-            let page = 4096usize;
-            let start = (buf.as_mut_ptr() as usize).div_ceil(page) * page;
-            let end = (buf.as_mut_ptr() as usize + len) / page * page;
-            if end > start {
-                // SAFETY: [start, end) lies inside `buf`, page-aligned; MADV_HUGEPAGE changes
-                // no contents.
-                unsafe {
-                    libc::madvise(start as *mut libc::c_void, end - start, libc::MADV_HUGEPAGE)
-                };
-            }
-        }
-    }
-    #[cfg(not(target_os = "linux"))]
-    let _ = buf;
-}
-
-#[cfg(test)]
-mod huge_page_tests {
-    #[test]
-    fn huge_page_hint_keeps_contents_for_any_size_and_alignment() {
-        for (len, skip) in [(10usize, 0usize), (3 << 20, 1), (9 << 20, 3)] {
-            let mut v = vec![0u8; len];
-            super::huge_pages(&mut v[skip..]);
-            v.iter_mut()
-                .enumerate()
-                .for_each(|(i, b)| *b = (i % 251) as u8);
-            assert!(v.iter().enumerate().all(|(i, b)| *b == (i % 251) as u8));
-        }
-    }
 }

@@ -11,6 +11,7 @@
 //! 4c..4c+4, high ones 16+4c..16+4c+4. The copy is as large as the original, whose mapped
 //! pages the model then releases.
 
+use super::arena::{PackArena, PackBuf};
 use super::qdot::Q8_1Act;
 use super::QMat;
 use crate::quant::GgmlType;
@@ -46,7 +47,7 @@ pub struct PackedQ4 {
     pub cols: usize,
     /// Bytes per group and block.
     gb: usize,
-    data: Vec<u8>,
+    data: PackBuf<u8>,
 }
 
 /// A weight matrix repacked for one of the interleaved-row kernels.
@@ -61,10 +62,24 @@ pub enum Packed {
 impl Packed {
     /// Repack `w` when a kernel for its type runs on this CPU.
     pub fn new(w: &QMat) -> Option<Self> {
+        Self::new_in(w, None)
+    }
+
+    /// As `new`, with the copy in `arena` where it has room.
+    pub fn new_in(w: &QMat, arena: Option<&PackArena>) -> Option<Self> {
         if w.ty == GgmlType::F16 {
-            return super::repack_f16::PackedF16::new(w).map(Packed::F16);
+            return super::repack_f16::PackedF16::new_in(w, arena).map(Packed::F16);
         }
-        PackedQ4::new(w).map(Packed::Int8)
+        PackedQ4::new_in(w, arena).map(Packed::Int8)
+    }
+
+    /// The bytes `new` would take for a (rows, cols) matrix of `ty`; `None` where it would not
+    /// repack it. Sizes an arena for a whole model.
+    pub fn bytes_for(ty: GgmlType, rows: usize, cols: usize) -> Option<usize> {
+        if ty == GgmlType::F16 {
+            return super::repack_f16::PackedF16::bytes_for(ty, rows, cols);
+        }
+        PackedQ4::bytes_for(ty, rows, cols)
     }
 
     /// Groups of 16 rows.
@@ -85,18 +100,29 @@ impl PackedQ4 {
     /// Repack `w` when it is Q4_0, Q4_1, Q5_0 or Q8_0 with whole 32-blocks and this CPU has
     /// the kernel.
     pub fn new(w: &QMat) -> Option<Self> {
+        Self::new_in(w, None)
+    }
+
+    /// The bytes of the copy of a (rows, cols) matrix of `ty`, if this kernel takes it.
+    pub fn bytes_for(ty: GgmlType, rows: usize, cols: usize) -> Option<usize> {
         let ok = matches!(
-            w.ty,
+            ty,
             GgmlType::Q4_0 | GgmlType::Q4_1 | GgmlType::Q5_0 | GgmlType::Q8_0
         );
-        if !ok || !w.cols.is_multiple_of(32) || !has_packed_kernel() {
+        if !ok || !cols.is_multiple_of(32) || !has_packed_kernel() {
             return None;
         }
-        let (nb, groups, gb) = (w.cols / 32, w.rows.div_ceil(G), group_block_bytes(w.ty));
+        Some(rows.div_ceil(G) * (cols / 32) * group_block_bytes(ty))
+    }
+
+    /// As `new`, with the copy in `arena` where it has room.
+    pub fn new_in(w: &QMat, arena: Option<&PackArena>) -> Option<Self> {
+        let bytes = Self::bytes_for(w.ty, w.rows, w.cols)?;
+        let (nb, gb) = (w.cols / 32, group_block_bytes(w.ty));
         let (extra, qs_at, chunks) = layout(w.ty);
         let size = w.ty.type_size();
-        let mut data = vec![0u8; groups * nb * gb];
-        super::huge_pages(&mut data);
+        let mut buf = PackBuf::<u8>::zeroed(bytes, arena);
+        let data = buf.as_mut_slice();
         for r in 0..w.rows {
             let (g, lane) = (r / G, r % G);
             let row = w.row(r);
@@ -124,7 +150,7 @@ impl PackedQ4 {
             rows: w.rows,
             cols: w.cols,
             gb,
-            data,
+            data: buf,
         })
     }
 
@@ -227,7 +253,7 @@ mod vnni {
         let mut acc = [_mm512_setzero_ps(); TN];
         let mut macc = [_mm512_setzero_ps(); TN];
         for b in 0..nb {
-            let base = p.data.as_ptr().add((g * nb + b) * p.gb);
+            let base = p.data.as_slice().as_ptr().add((g * nb + b) * p.gb);
             let dw = _mm512_cvtph_ps(_mm256_loadu_si256(base as *const __m256i));
             let mw = if q41 {
                 _mm512_cvtph_ps(_mm256_loadu_si256(base.add(32) as *const __m256i))
@@ -288,7 +314,7 @@ mod vnni {
         let flip = _mm512_set1_epi32(0x8080_8080u32 as i32);
         let mut acc = [_mm512_setzero_ps(); TN];
         for b in 0..nb {
-            let base = p.data.as_ptr().add((g * nb + b) * p.gb);
+            let base = p.data.as_slice().as_ptr().add((g * nb + b) * p.gb);
             let dw = _mm512_cvtph_ps(_mm256_loadu_si256(base as *const __m256i));
             // -128 * sum(w): x enters as x + 128
             let sums = _mm512_cvtepi16_epi32(_mm256_loadu_si256(base.add(32) as *const __m256i));
@@ -346,7 +372,7 @@ mod vnni {
 
         let mut acc = [_mm512_setzero_ps(); TN];
         for b in 0..nb {
-            let base = p.data.as_ptr().add((g * nb + b) * p.gb);
+            let base = p.data.as_slice().as_ptr().add((g * nb + b) * p.gb);
             let dw = _mm512_cvtph_ps(_mm256_loadu_si256(base as *const __m256i));
             let qh = _mm512_loadu_si512(base.add(32) as *const _);
             let mut lo = [_mm512_setzero_si512(); 4];

@@ -9,6 +9,7 @@
 //! `(g * K + k) * 16 + r % 16`. The copy has the original's size; the model releases the
 //! mapped original. Activations are rounded to f16 first, as ggml's F16 products see them.
 
+use super::arena::{PackArena, PackBuf};
 use super::QMat;
 use crate::quant::GgmlType;
 
@@ -28,7 +29,7 @@ pub const TOKENS_PER_TASK: usize = 4 * TT;
 pub struct PackedF16 {
     pub rows: usize,
     pub cols: usize,
-    data: Vec<u16>,
+    data: PackBuf<u16>,
 }
 
 /// Whether this CPU runs the kernel (AVX-512F with F16C).
@@ -39,12 +40,20 @@ pub fn has_f16_kernel() -> bool {
 impl PackedF16 {
     /// Repack `w` when it is F16 and the CPU has the kernel.
     pub fn new(w: &QMat) -> Option<Self> {
-        if w.ty != GgmlType::F16 || !has_f16_kernel() {
-            return None;
-        }
+        Self::new_in(w, None)
+    }
+
+    /// The bytes of the copy of a (rows, cols) matrix of `ty`, if this kernel takes it.
+    pub fn bytes_for(ty: GgmlType, rows: usize, cols: usize) -> Option<usize> {
+        (ty == GgmlType::F16 && has_f16_kernel()).then(|| rows.div_ceil(G) * G * cols * 2)
+    }
+
+    /// As `new`, with the copy in `arena` where it has room.
+    pub fn new_in(w: &QMat, arena: Option<&PackArena>) -> Option<Self> {
+        let bytes = Self::bytes_for(w.ty, w.rows, w.cols)?;
         let k = w.cols;
-        let mut data = vec![0u16; w.rows.div_ceil(G) * G * k];
-        super::huge_pages(&mut data);
+        let mut buf = PackBuf::<u16>::zeroed(bytes / 2, arena);
+        let data = buf.as_mut_slice();
         for r in 0..w.rows {
             let (g, lane) = (r / G, r % G);
             for (c, b) in w.row(r).chunks_exact(2).enumerate() {
@@ -54,7 +63,7 @@ impl PackedF16 {
         Some(Self {
             rows: w.rows,
             cols: w.cols,
-            data,
+            data: buf,
         })
     }
 
@@ -160,7 +169,7 @@ mod avx512 {
         res: &mut [[f32; G]; TT],
     ) {
         let k = p.cols;
-        let w = p.data.as_ptr().add(g * k * G);
+        let w = p.data.as_slice().as_ptr().add(g * k * G);
         let xp = x.as_ptr();
         let mut acc = [_mm512_setzero_ps(); TN];
         for (j, a) in acc.iter_mut().enumerate() {
@@ -182,7 +191,7 @@ mod avx512 {
     #[target_feature(enable = "avx512f,fma,f16c")]
     pub unsafe fn group_one(p: &PackedF16, g: usize, x: &[f32], res: &mut [f32; G]) {
         let k = p.cols;
-        let w = p.data.as_ptr().add(g * k * G);
+        let w = p.data.as_slice().as_ptr().add(g * k * G);
         let xp = x.as_ptr();
         let mut acc = [_mm512_setzero_ps(); 4];
         let whole = k / 4 * 4;

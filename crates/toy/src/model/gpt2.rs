@@ -2,9 +2,8 @@
 //! position embeddings, pre-LayerNorm blocks with a fused qkv projection, GELU MLP, all
 //! linear layers with bias. Letters: T tokens, C width, H heads, D head size, F MLP width.
 
-use super::weights::{embedding_and_head, load_f32, Linear, Weight};
+use super::weights::{embedding_and_head, load_f32, Linear, Loader, Weight};
 use super::{Config, ModelError, Span, State};
-use crate::gguf::GgufFile;
 use crate::infer::kv_cache::{f16_attention, round_queries};
 use tinynn::kernels::act::gelu;
 use tinynn::kernels::attention::{causal_attention, AttnShape};
@@ -17,7 +16,7 @@ pub struct Norm {
 }
 
 impl Norm {
-    fn load(f: &GgufFile, prefix: &str, c: usize) -> Result<Self, ModelError> {
+    fn load(f: &Loader, prefix: &str, c: usize) -> Result<Self, ModelError> {
         Ok(Self {
             w: load_f32(f, &format!("{prefix}.weight"), c)?,
             b: load_f32(f, &format!("{prefix}.bias"), c)?,
@@ -39,7 +38,7 @@ pub struct Block {
 }
 
 impl Block {
-    pub fn load(f: &GgufFile, cfg: &Config, i: usize) -> Result<Self, ModelError> {
+    pub fn load(f: &Loader, cfg: &Config, i: usize) -> Result<Self, ModelError> {
         let p = |s: &str| format!("blk.{i}.{s}");
         let (c, ff) = (cfg.d_model, cfg.d_ff);
         Ok(Self {
@@ -107,7 +106,7 @@ pub struct Gpt2 {
 }
 
 impl Gpt2 {
-    pub fn load(f: &GgufFile, cfg: &Config) -> Result<Self, ModelError> {
+    pub fn load(f: &Loader, cfg: &Config) -> Result<Self, ModelError> {
         let (token_embd, output) = embedding_and_head(f, cfg)?;
         Ok(Self {
             position_embd: Weight::load(f, "position_embd.weight", cfg.d_model, cfg.ctx_train)?,

@@ -4,9 +4,8 @@
 //! where attn is GQA with RoPE and mlp is SwiGLU. Letters: T tokens in the batch, C width,
 //! H / Hkv heads, D head size, F MLP width, V vocabulary.
 
-use super::weights::{embedding_and_head, load_f32, load_f32_opt, Linear, Weight};
+use super::weights::{embedding_and_head, load_f32, load_f32_opt, Linear, Loader, Weight};
 use super::{Config, ModelError, Span, State};
-use crate::gguf::GgufFile;
 use crate::infer::kv_cache::{f16_attention, round_queries};
 use tinynn::kernels::act::swiglu;
 use tinynn::kernels::attention::{causal_attention, AttnShape};
@@ -30,7 +29,7 @@ pub struct Block {
 }
 
 impl Block {
-    pub fn load(f: &GgufFile, cfg: &Config, i: usize) -> Result<Self, ModelError> {
+    pub fn load(f: &Loader, cfg: &Config, i: usize) -> Result<Self, ModelError> {
         let p = |s: &str| format!("blk.{i}.{s}");
         let (c, q, kv, ff) = (cfg.d_model, cfg.q_dim(), cfg.kv_dim(), cfg.d_ff);
         Ok(Self {
@@ -141,7 +140,7 @@ pub struct Llama {
 }
 
 impl Llama {
-    pub fn load(f: &GgufFile, cfg: &Config) -> Result<Self, ModelError> {
+    pub fn load(f: &Loader, cfg: &Config) -> Result<Self, ModelError> {
         let (token_embd, output) = embedding_and_head(f, cfg)?;
         let freq_factors = load_f32_opt(f, "rope_freqs.weight", cfg.rope_dim / 2)?;
         Ok(Self {

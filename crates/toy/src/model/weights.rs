@@ -6,6 +6,7 @@ use super::ModelError;
 use crate::gguf::GgufFile;
 use std::ops::Range;
 use std::sync::Arc;
+use tinynn::kernels::arena::{padded, PackArena};
 use tinynn::kernels::repack::Packed;
 use tinynn::kernels::QMat;
 use tinynn::quant::{can_dequantize, dequantize};
@@ -23,6 +24,45 @@ pub struct Weight {
     packed: Option<Arc<Packed>>,
 }
 
+/// What layers load from: the file, and one arena that all of its repacked matrices share
+/// (so that every matrix streams from 2 MiB pages; see `tinynn::kernels::arena`).
+pub struct Loader<'f> {
+    file: &'f GgufFile,
+    arena: PackArena,
+}
+
+impl<'f> Loader<'f> {
+    /// An arena sized for every matrix of `file` that a kernel will repack.
+    pub fn new(file: &'f GgufFile) -> Self {
+        let bytes = file
+            .tensors
+            .iter()
+            .filter(|t| t.dims.len() == 2)
+            .filter_map(|t| Packed::bytes_for(t.ty, t.dims[1] as usize, t.dims[0] as usize))
+            .map(padded)
+            .sum();
+        Self {
+            file,
+            arena: PackArena::new(bytes),
+        }
+    }
+}
+
+impl Loader<'_> {
+    /// Bytes of the arena in use, and its size: equal once a whole model has loaded, when
+    /// every repacked matrix went into the one region.
+    pub fn packed_bytes(&self) -> (usize, usize) {
+        (self.arena.used(), self.arena.capacity())
+    }
+}
+
+impl std::ops::Deref for Loader<'_> {
+    type Target = GgufFile;
+    fn deref(&self) -> &GgufFile {
+        self.file
+    }
+}
+
 fn byte_range(f: &GgufFile, data: &[u8]) -> Range<usize> {
     let start = data.as_ptr() as usize - f.bytes().as_ptr() as usize;
     start..start + data.len()
@@ -30,7 +70,7 @@ fn byte_range(f: &GgufFile, data: &[u8]) -> Range<usize> {
 
 impl Weight {
     /// Load `name` and check it is a (rows, cols) matrix.
-    pub fn load(f: &GgufFile, name: &str, cols: usize, rows: usize) -> Result<Self, ModelError> {
+    pub fn load(f: &Loader, name: &str, cols: usize, rows: usize) -> Result<Self, ModelError> {
         let t = f
             .tensor(name)
             .ok_or_else(|| ModelError::MissingTensor(name.into()))?;
@@ -54,7 +94,7 @@ impl Weight {
             name: name.into(),
             source,
         })?;
-        let packed = Packed::new(&q).map(Arc::new);
+        let packed = Packed::new_in(&q, Some(&f.arena)).map(Arc::new);
         let range = byte_range(f, data);
         if packed.is_some() {
             // the kernels read the repacked copy; an embedding lookup pages its rows back in
@@ -122,7 +162,7 @@ pub struct Linear {
 
 impl Linear {
     /// Load `{prefix}.weight` as (n_out, n_in) and `{prefix}.bias` (n_out) if present.
-    pub fn load(f: &GgufFile, prefix: &str, n_in: usize, n_out: usize) -> Result<Self, ModelError> {
+    pub fn load(f: &Loader, prefix: &str, n_in: usize, n_out: usize) -> Result<Self, ModelError> {
         let w = Weight::load(f, &format!("{prefix}.weight"), n_in, n_out)?;
         let b = load_f32_opt(f, &format!("{prefix}.bias"), n_out)?;
         Ok(Self { w, b })
@@ -160,10 +200,7 @@ impl Linear {
 
 /// `token_embd.weight` (V, C) and the output head: `output.weight`, or the embedding itself
 /// when the two are tied.
-pub fn embedding_and_head(
-    f: &GgufFile,
-    cfg: &super::Config,
-) -> Result<(Weight, Weight), ModelError> {
+pub fn embedding_and_head(f: &Loader, cfg: &super::Config) -> Result<(Weight, Weight), ModelError> {
     let token_embd = Weight::load(f, "token_embd.weight", cfg.d_model, cfg.vocab)?;
     let output = match f.tensor("output.weight") {
         Some(_) => Weight::load(f, "output.weight", cfg.d_model, cfg.vocab)?,
