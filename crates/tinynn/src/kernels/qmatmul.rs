@@ -81,8 +81,12 @@ impl<'a> QMat<'a> {
         &self.data[r * rb..(r + 1) * rb]
     }
 
-    /// Dequantize row `r` into `out` (`cols` elements).
+    /// Dequantize row `r` into `out` (`cols` elements), from the repacked copy when there is
+    /// one (the model has released the original's pages).
     pub fn dequantize_row(&self, r: usize, out: &mut [f32]) {
+        if let Some(p) = self.packed {
+            return p.dequantize_row(r, out);
+        }
         // The matrix was validated in `new`, so this cannot fail.
         dequantize(self.ty, self.row(r), &mut out[..self.cols]).expect("validated QMat");
     }

@@ -82,6 +82,16 @@ impl Packed {
         PackedQ4::bytes_for(ty, rows, cols)
     }
 
+    /// Row `r` (`out` holds `cols` values) read back from the copy, with the values
+    /// `quant::dequantize` gives for the original row: an embedding lookup in a tied table
+    /// then never pages the released original back in.
+    pub fn dequantize_row(&self, r: usize, out: &mut [f32]) {
+        match self {
+            Packed::Int8(p) => p.dequantize_row(r, out),
+            Packed::F16(p) => p.dequantize_row(r, out),
+        }
+    }
+
     /// Groups of 16 rows.
     pub fn groups(&self) -> usize {
         match self {
@@ -156,6 +166,29 @@ impl PackedQ4 {
 
     pub fn groups(&self) -> usize {
         self.rows.div_ceil(G)
+    }
+
+    /// Row `r` as f32: each block put back together from the 16-row layout and dequantized.
+    pub fn dequantize_row(&self, r: usize, out: &mut [f32]) {
+        let (g, lane, nb) = (r / G, r % G, self.cols / 32);
+        let (extra, qs_at, chunks) = layout(self.ty);
+        let data = self.data.as_slice();
+        let mut blk = [0u8; 34];
+        let blk = &mut blk[..self.ty.type_size()];
+        for (b, out) in out[..self.cols].chunks_exact_mut(32).enumerate() {
+            let at = (g * nb + b) * self.gb;
+            blk[0..2].copy_from_slice(&data[at + 2 * lane..at + 2 * lane + 2]);
+            if self.ty != GgmlType::Q8_0 {
+                // (Q8_0's field is the kernel's sum of weights, not part of the block)
+                let field = at + 32 + extra * lane;
+                blk[2..2 + extra].copy_from_slice(&data[field..field + extra]);
+            }
+            for c in 0..chunks {
+                let o = at + 32 + G * extra + c * 64 + 4 * lane;
+                blk[qs_at + 4 * c..qs_at + 4 * c + 4].copy_from_slice(&data[o..o + 4]);
+            }
+            crate::quant::dequantize(self.ty, blk, out).expect("packed types dequantize");
+        }
     }
 
     /// Rows of groups g0..g1 for all T tokens: out[t * ldo + r]. `act` holds X as Q8_1
@@ -444,6 +477,12 @@ mod tests {
             let bytes = super::super::test_matrix(ty, n, k, 3);
             let w = QMat::new(ty, n, k, &bytes).unwrap();
             let p = PackedQ4::new(&w).expect("packable");
+            let (mut got, mut want) = (vec![0f32; k], vec![0f32; k]);
+            for r in 0..n {
+                p.dequantize_row(r, &mut got);
+                crate::quant::dequantize(ty, w.row(r), &mut want).unwrap();
+                assert_eq!(got, want, "{ty} row {r} read back from the copy");
+            }
             let x = super::super::test_data(t * k, 4);
             let mut act = Q8_1Act::default();
             act.quantize(&x);

@@ -71,6 +71,15 @@ impl PackedF16 {
         self.rows.div_ceil(G)
     }
 
+    /// Row `r` as f32 (`cols` values), read down the lane of its group.
+    pub fn dequantize_row(&self, r: usize, out: &mut [f32]) {
+        let (g, lane, k) = (r / G, r % G, self.cols);
+        let col = &self.data.as_slice()[g * k * G..(g + 1) * k * G];
+        for (o, w) in out[..k].iter_mut().zip(col.chunks_exact(G)) {
+            *o = half::f16::from_bits(w[lane]).to_f32();
+        }
+    }
+
     /// Rows of groups g0..g1 (at most `GROUPS_PER_TASK`) for tokens `tokens` of `x` (T, K),
     /// already rounded to f16:
     /// out[t * ldo + r]. Token tiles run outside, groups inside, so a tile's activations stay
@@ -236,6 +245,13 @@ mod tests {
                 .collect();
             let q = QMat::new(GgmlType::F16, rows, k, &bytes).expect("matrix");
             let p = PackedF16::new(&q).expect("packs");
+            let mut row = vec![0f32; k];
+            for r in 0..rows {
+                p.dequantize_row(r, &mut row);
+                let want = &wf[r * k..(r + 1) * k];
+                let want: Vec<f32> = want.iter().map(|v| f16::from_f32(*v).to_f32()).collect();
+                assert_eq!(row, want, "row {r} read back from the copy");
+            }
             let x: Vec<f32> = crate::kernels::test_data(t * k, 5)
                 .iter()
                 .map(|v| f16::from_f32(*v).to_f32())

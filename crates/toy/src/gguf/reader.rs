@@ -99,7 +99,10 @@ impl GgufFile {
             // assume nobody truncates or rewrites the model file while it is open.
             Backing::Mmap(unsafe { memmap2::Mmap::map(&file) }.map_err(io)?)
         };
-        Self::parse(backing)
+        let f = Self::parse(backing)?;
+        // the header's values now live in `metadata`: its pages need not stay mapped
+        f.release(0..(f.data_offset as usize).min(f.bytes().len()));
+        Ok(f)
     }
 
     /// Parses a GGUF file held in memory.

@@ -44,10 +44,12 @@ impl Model {
 
     pub fn from_gguf(file: Arc<GgufFile>) -> Result<Self, ModelError> {
         let cfg = Config::from_gguf(&file)?;
-        let loader = weights::Loader::new(&file);
-        let body = match cfg.arch {
-            Arch::Gpt2 => Body::Gpt2(gpt2::Gpt2::load(&loader, &cfg)?),
-            _ => Body::Llama(llama::Llama::load(&loader, &cfg)?),
+        let body = {
+            let loader = weights::Loader::new(&file);
+            match cfg.arch {
+                Arch::Gpt2 => Body::Gpt2(gpt2::Gpt2::load(&loader, &cfg)?),
+                _ => Body::Llama(llama::Llama::load(&loader, &cfg)?),
+            }
         };
         Ok(Self { file, cfg, body })
     }

@@ -29,6 +29,8 @@ pub struct Weight {
 pub struct Loader<'f> {
     file: &'f GgufFile,
     arena: PackArena,
+    /// Bytes the model no longer reads from the file (see `release`).
+    released: std::cell::RefCell<Vec<Range<usize>>>,
 }
 
 impl<'f> Loader<'f> {
@@ -44,6 +46,23 @@ impl<'f> Loader<'f> {
         Self {
             file,
             arena: PackArena::new(bytes),
+            released: Default::default(),
+        }
+    }
+
+    /// Let the pages of `range` go now that the model holds its own copy of them. The loader
+    /// lets them go once more when it is dropped: reading the next tensor maps the pages
+    /// around it (the kernel's fault-around), neighbours' released pages included.
+    fn release(&self, range: Range<usize>) {
+        self.file.release(range.clone());
+        self.released.borrow_mut().push(range);
+    }
+}
+
+impl Drop for Loader<'_> {
+    fn drop(&mut self) {
+        for r in self.released.get_mut().drain(..) {
+            self.file.release(r);
         }
     }
 }
@@ -97,7 +116,7 @@ impl Weight {
         let packed = Packed::new_in(&q, Some(&f.arena)).map(Arc::new);
         let range = byte_range(f, data);
         if packed.is_some() {
-            // the kernels read the repacked copy; an embedding lookup pages its rows back in
+            // the kernels and embedding lookups read the repacked copy
             f.release(range.clone());
         }
         Ok(Self {
@@ -123,12 +142,12 @@ impl Weight {
 }
 
 /// Decode a whole tensor of `len` elements to f32 (norm weights, biases, small tables).
-pub fn load_f32(f: &GgufFile, name: &str, len: usize) -> Result<Vec<f32>, ModelError> {
+pub fn load_f32(f: &Loader, name: &str, len: usize) -> Result<Vec<f32>, ModelError> {
     load_f32_opt(f, name, len)?.ok_or_else(|| ModelError::MissingTensor(name.into()))
 }
 
 /// As `load_f32`, but `None` when the tensor is absent.
-pub fn load_f32_opt(f: &GgufFile, name: &str, len: usize) -> Result<Option<Vec<f32>>, ModelError> {
+pub fn load_f32_opt(f: &Loader, name: &str, len: usize) -> Result<Option<Vec<f32>>, ModelError> {
     let Some(t) = f.tensor(name) else {
         return Ok(None);
     };
@@ -146,10 +165,13 @@ pub fn load_f32_opt(f: &GgufFile, name: &str, len: usize) -> Result<Option<Vec<f
         });
     }
     let mut out = vec![0f32; len];
-    dequantize(t.ty, f.tensor_data(t), &mut out).map_err(|_| ModelError::NotFloat {
+    let data = f.tensor_data(t);
+    dequantize(t.ty, data, &mut out).map_err(|_| ModelError::NotFloat {
         name: name.into(),
         ty: t.ty,
     })?;
+    // the model keeps this f32 copy; the mapped bytes need not stay in memory
+    f.release(byte_range(f, data));
     Ok(Some(out))
 }
 
