@@ -35,6 +35,9 @@ pub fn causal_attention(
     out: &mut [f32],
 ) {
     let (h, d) = (s.n_head, s.head_dim);
+    if !s.f16_accumulate && out.len() > h * d && super::attention_tiled::supports(d) {
+        return super::attention_tiled::causal_attention_tiled(q, k, v, s, pos0, out);
+    }
     let group = h / s.n_kv_head;
     let scale = 1.0 / (d as f32).sqrt();
     // one task per token and KV head: the heads of a group are adjacent in (T, H, D)
@@ -125,7 +128,7 @@ fn online_portable(q: &[f32], k: &[f16], v: &[f16], scale: f32, f16_acc: bool, o
 /// 16 cached f16 values at `p`, widened.
 #[cfg(target_arch = "x86_64")]
 #[inline(always)]
-unsafe fn load16(p: *const f16) -> std::arch::x86_64::__m512 {
+pub(super) unsafe fn load16(p: *const f16) -> std::arch::x86_64::__m512 {
     use std::arch::x86_64::*;
     _mm512_cvtph_ps(_mm256_loadu_si256(p as *const __m256i))
 }
@@ -229,7 +232,7 @@ unsafe fn online_avx512<const ROUND: bool>(
 /// accumulator per block instead of a branch and a scalar `expf` per position.
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx512f,avx512dq,fma,f16c")]
-unsafe fn blocked_avx512(q: &[f32], k: &[f16], v: &[f16], scale: f32, o: &mut [f32]) {
+pub(super) unsafe fn blocked_avx512(q: &[f32], k: &[f16], v: &[f16], scale: f32, o: &mut [f32]) {
     use std::arch::x86_64::*;
     let d = o.len();
     let nv = d / 16;

@@ -12,6 +12,7 @@ pub mod arena;
 // SIMD kernels index several register arrays in step; iterators would hide that.
 #[allow(clippy::needless_range_loop)]
 pub mod attention;
+pub mod attention_tiled;
 pub mod dot;
 pub mod f16dot;
 mod fallback;
