@@ -70,6 +70,15 @@ impl Q8KAct {
         }
     }
 
+    /// Token `t`'s `nb` blocks.
+    pub fn token(&self, t: usize, nb: usize) -> Q8KRow<'_> {
+        Q8KRow {
+            d: &self.d[t * nb..(t + 1) * nb],
+            qs: &self.qs[t * nb * QK_K..(t + 1) * nb * QK_K],
+            bsums: &self.bsums[t * nb * QK_K / 16..(t + 1) * nb * QK_K / 16],
+        }
+    }
+
     /// All blocks, as a row.
     pub fn row(&self) -> Q8KRow<'_> {
         Q8KRow {

@@ -167,6 +167,10 @@ pub fn kernel_names(w: &QMat) -> (&'static str, &'static str) {
         let k = "f16, 16 interleaved rows (AVX-512 F16C)";
         return (k, k);
     }
+    if super::repack_q4k::PackedQ4K::bytes_for(w.ty, w.rows, w.cols).is_some() {
+        let k = "int8 Q4_K, 16 interleaved rows (AVX-512 VNNI)";
+        return (k, k);
+    }
     let decode = if RowDot::for_matrix(w).is_some() {
         "int8 row dot (AVX2)"
     } else {

@@ -57,6 +57,8 @@ pub enum Packed {
     Int8(PackedQ4),
     /// F16 on the F16C kernel (`repack_f16`).
     F16(super::repack_f16::PackedF16),
+    /// Q4_K on its VNNI kernel (`repack_q4k`).
+    Q4K(super::repack_q4k::PackedQ4K),
 }
 
 impl Packed {
@@ -67,19 +69,21 @@ impl Packed {
 
     /// As `new`, with the copy in `arena` where it has room.
     pub fn new_in(w: &QMat, arena: Option<&PackArena>) -> Option<Self> {
-        if w.ty == GgmlType::F16 {
-            return super::repack_f16::PackedF16::new_in(w, arena).map(Packed::F16);
+        match w.ty {
+            GgmlType::F16 => super::repack_f16::PackedF16::new_in(w, arena).map(Packed::F16),
+            GgmlType::Q4_K => super::repack_q4k::PackedQ4K::new_in(w, arena).map(Packed::Q4K),
+            _ => PackedQ4::new_in(w, arena).map(Packed::Int8),
         }
-        PackedQ4::new_in(w, arena).map(Packed::Int8)
     }
 
     /// The bytes `new` would take for a (rows, cols) matrix of `ty`; `None` where it would not
     /// repack it. Sizes an arena for a whole model.
     pub fn bytes_for(ty: GgmlType, rows: usize, cols: usize) -> Option<usize> {
-        if ty == GgmlType::F16 {
-            return super::repack_f16::PackedF16::bytes_for(ty, rows, cols);
+        match ty {
+            GgmlType::F16 => super::repack_f16::PackedF16::bytes_for(ty, rows, cols),
+            GgmlType::Q4_K => super::repack_q4k::PackedQ4K::bytes_for(ty, rows, cols),
+            _ => PackedQ4::bytes_for(ty, rows, cols),
         }
-        PackedQ4::bytes_for(ty, rows, cols)
     }
 
     /// Row `r` (`out` holds `cols` values) read back from the copy, with the values
@@ -89,6 +93,7 @@ impl Packed {
         match self {
             Packed::Int8(p) => p.dequantize_row(r, out),
             Packed::F16(p) => p.dequantize_row(r, out),
+            Packed::Q4K(p) => p.dequantize_row(r, out),
         }
     }
 
@@ -97,6 +102,7 @@ impl Packed {
         match self {
             Packed::Int8(p) => p.groups(),
             Packed::F16(p) => p.groups(),
+            Packed::Q4K(p) => p.groups(),
         }
     }
 }

@@ -140,16 +140,16 @@ thread_local! {
 /// Products on repacked weights (every `ws[i].packed` is set): X converted once for the
 /// kernel of the weights' type, one parallel loop over tiles of every matrix.
 pub(super) fn packed_many(ws: &[QMat], x: &[f32], t: usize, ys: &mut [&mut [f32]]) {
-    let f16s = ws
-        .iter()
-        .filter(|w| matches!(w.packed, Some(Packed::F16(_))));
-    match f16s.count() {
-        0 => packed_int8_many(ws, x, t, ys),
-        n if n == ws.len() => packed_f16_many(ws, x, t, ys),
-        _ => {
-            for (w, y) in ws.iter().zip(ys.iter_mut()) {
-                packed_many(&[*w], x, t, &mut [&mut **y]);
-            }
+    let all = |f: fn(&Packed) -> bool| ws.iter().all(|w| w.packed.is_some_and(f));
+    if all(|p| matches!(p, Packed::Int8(_))) {
+        packed_int8_many(ws, x, t, ys)
+    } else if all(|p| matches!(p, Packed::F16(_))) {
+        packed_f16_many(ws, x, t, ys)
+    } else if all(|p| matches!(p, Packed::Q4K(_))) {
+        packed_q4k_many(ws, x, t, ys)
+    } else {
+        for (w, y) in ws.iter().zip(ys.iter_mut()) {
+            packed_many(&[*w], x, t, &mut [&mut **y]);
         }
     }
 }
@@ -198,6 +198,23 @@ fn packed_f16_many(ws: &[QMat], x: &[f32], t: usize, ys: &mut [&mut [f32]]) {
             // SAFETY: packs are only made where the kernel runs; this tile alone writes rows
             // of groups g of tokens `tokens` of output i (T, N_i).
             unsafe { p.gemm_groups(g.start, g.end, &acts.f16, tokens, outs[i].at(0), ws[i].rows) };
+        });
+    })
+}
+
+/// Products on repacked Q4_K weights: X quantized to Q8_K once; tiles of two groups over
+/// all tokens (one group per task in decode, where nothing stays in cache between tokens).
+fn packed_q4k_many(ws: &[QMat], x: &[f32], t: usize, ys: &mut [&mut [f32]]) {
+    let per_task = if t == 1 { 1 } else { 2 };
+    with_acts(x, &[RowDot::Q8K(dot_q4_k)], false, |acts| {
+        let outs: Vec<OutPtr> = ys.iter_mut().map(|y| OutPtr(y.as_mut_ptr())).collect();
+        par_tiles(ws, t, per_task, t.max(1), |i, g, tokens| {
+            let Some(Packed::Q4K(p)) = ws[i].packed else {
+                return;
+            };
+            // SAFETY: packs are only made where the kernel runs; this tile alone writes the
+            // rows of groups g of output i (T, N_i).
+            unsafe { p.gemm_groups(g, &acts.q8k, tokens, outs[i].at(0), ws[i].rows) };
         });
     })
 }
