@@ -29,7 +29,8 @@ pub mod qmatmul;
 #[allow(clippy::needless_range_loop)]
 pub mod repack;
 pub mod repack_f16;
-pub mod repack_q4k;
+pub mod repack_k;
+pub mod repack_q6k;
 pub mod rope;
 mod rowdot;
 

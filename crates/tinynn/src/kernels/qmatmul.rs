@@ -12,7 +12,7 @@ use super::act_quant::{block_mins, has_min_term, q8_1_sum_corrections, round_for
 use super::fallback::{matmul_f32, matvec_f32};
 use super::qgemm;
 use super::repack::Packed;
-use super::rowdot::{int8_many, matvec_int8, packed_many, RowDot};
+use super::rowdot::{int8_many, k_tiles, k_tiles_many, matvec_int8, packed_many, RowDot};
 use crate::quant::{can_dequantize, dequantize, GgmlType};
 
 /// A borrowed weight matrix: `rows` (N) rows of `cols` (K) elements in type `ty`.
@@ -119,6 +119,9 @@ pub fn matmul(w: &QMat, x: &[f32], t: usize, y: &mut [f32]) {
     if qgemm::supports(w.ty, k) {
         return matmul_int8(w, x, t, y);
     }
+    if k_tiles(w) {
+        return k_tiles_many(&[*w], x, t, &mut [y]);
+    }
     matmul_f32(w, x, t, y)
 }
 
@@ -147,6 +150,8 @@ pub fn matmul_many(ws: &[QMat], x: &[f32], t: usize, ys: &mut [&mut [f32]]) {
         }
     } else if ws.iter().all(|w| qgemm::supports(w.ty, w.cols)) {
         return int8_many(ws, x, t, ys, &[]);
+    } else if ws.iter().all(k_tiles) {
+        return k_tiles_many(ws, x, t, ys);
     }
     for (w, y) in ws.iter().zip(ys.iter_mut()) {
         matmul(w, x, t, y);
@@ -167,7 +172,7 @@ pub fn kernel_names(w: &QMat) -> (&'static str, &'static str) {
         let k = "f16, 16 interleaved rows (AVX-512 F16C)";
         return (k, k);
     }
-    if super::repack_q4k::PackedQ4K::bytes_for(w.ty, w.rows, w.cols).is_some() {
+    if super::repack_k::PackedK::bytes_for(w.ty, w.rows, w.cols).is_some() {
         let k = "int8 Q4_K, 16 interleaved rows (AVX-512 VNNI)";
         return (k, k);
     }
@@ -178,6 +183,8 @@ pub fn kernel_names(w: &QMat) -> (&'static str, &'static str) {
     };
     let prefill = if qgemm::supports(w.ty, w.cols) {
         "int8 tiles (AVX-512 VNNI)"
+    } else if k_tiles(w) {
+        "int8, 16 rows interleaved per call (AVX-512 VNNI)"
     } else {
         "dequantize + f32 gemm"
     };

@@ -57,8 +57,8 @@ pub enum Packed {
     Int8(PackedQ4),
     /// F16 on the F16C kernel (`repack_f16`).
     F16(super::repack_f16::PackedF16),
-    /// Q4_K on its VNNI kernel (`repack_q4k`).
-    Q4K(super::repack_q4k::PackedQ4K),
+    /// Q4_K on its VNNI kernel (`repack_k`).
+    K(super::repack_k::PackedK),
 }
 
 impl Packed {
@@ -71,7 +71,7 @@ impl Packed {
     pub fn new_in(w: &QMat, arena: Option<&PackArena>) -> Option<Self> {
         match w.ty {
             GgmlType::F16 => super::repack_f16::PackedF16::new_in(w, arena).map(Packed::F16),
-            GgmlType::Q4_K => super::repack_q4k::PackedQ4K::new_in(w, arena).map(Packed::Q4K),
+            GgmlType::Q4_K => super::repack_k::PackedK::new_in(w, arena).map(Packed::K),
             _ => PackedQ4::new_in(w, arena).map(Packed::Int8),
         }
     }
@@ -81,7 +81,7 @@ impl Packed {
     pub fn bytes_for(ty: GgmlType, rows: usize, cols: usize) -> Option<usize> {
         match ty {
             GgmlType::F16 => super::repack_f16::PackedF16::bytes_for(ty, rows, cols),
-            GgmlType::Q4_K => super::repack_q4k::PackedQ4K::bytes_for(ty, rows, cols),
+            GgmlType::Q4_K => super::repack_k::PackedK::bytes_for(ty, rows, cols),
             _ => PackedQ4::bytes_for(ty, rows, cols),
         }
     }
@@ -93,7 +93,7 @@ impl Packed {
         match self {
             Packed::Int8(p) => p.dequantize_row(r, out),
             Packed::F16(p) => p.dequantize_row(r, out),
-            Packed::Q4K(p) => p.dequantize_row(r, out),
+            Packed::K(p) => p.dequantize_row(r, out),
         }
     }
 
@@ -102,7 +102,7 @@ impl Packed {
         match self {
             Packed::Int8(p) => p.groups(),
             Packed::F16(p) => p.groups(),
-            Packed::Q4K(p) => p.groups(),
+            Packed::K(p) => p.groups(),
         }
     }
 }

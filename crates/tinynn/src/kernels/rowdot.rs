@@ -145,8 +145,8 @@ pub(super) fn packed_many(ws: &[QMat], x: &[f32], t: usize, ys: &mut [&mut [f32]
         packed_int8_many(ws, x, t, ys)
     } else if all(|p| matches!(p, Packed::F16(_))) {
         packed_f16_many(ws, x, t, ys)
-    } else if all(|p| matches!(p, Packed::Q4K(_))) {
-        packed_q4k_many(ws, x, t, ys)
+    } else if all(|p| matches!(p, Packed::K(_))) {
+        packed_k_many(ws, x, t, ys)
     } else {
         for (w, y) in ws.iter().zip(ys.iter_mut()) {
             packed_many(&[*w], x, t, &mut [&mut **y]);
@@ -204,12 +204,12 @@ fn packed_f16_many(ws: &[QMat], x: &[f32], t: usize, ys: &mut [&mut [f32]]) {
 
 /// Products on repacked Q4_K weights: X quantized to Q8_K once; tiles of two groups over
 /// all tokens (one group per task in decode, where nothing stays in cache between tokens).
-fn packed_q4k_many(ws: &[QMat], x: &[f32], t: usize, ys: &mut [&mut [f32]]) {
-    let per_task = if t == 1 { 1 } else { 2 };
+fn packed_k_many(ws: &[QMat], x: &[f32], t: usize, ys: &mut [&mut [f32]]) {
+    let per_task = 2;
     with_acts(x, &[RowDot::Q8K(dot_q4_k)], false, |acts| {
         let outs: Vec<OutPtr> = ys.iter_mut().map(|y| OutPtr(y.as_mut_ptr())).collect();
         par_tiles(ws, t, per_task, t.max(1), |i, g, tokens| {
-            let Some(Packed::Q4K(p)) = ws[i].packed else {
+            let Some(Packed::K(p)) = ws[i].packed else {
                 return;
             };
             // SAFETY: packs are only made where the kernel runs; this tile alone writes the
@@ -217,6 +217,42 @@ fn packed_q4k_many(ws: &[QMat], x: &[f32], t: usize, ys: &mut [&mut [f32]]) {
             unsafe { p.gemm_groups(g, &acts.q8k, tokens, outs[i].at(0), ws[i].rows) };
         });
     })
+}
+
+/// Prefill's product for Q5_K and Q6_K matrices held as in the file (they decode faster on
+/// their row dots than packed): X quantized to Q8_K once, then tasks of 32 rows that pack
+/// their rows into a scratch once for all T tokens (`repack_k::prefill_rows`,
+/// `repack_q6k::prefill_rows`).
+pub(super) fn k_tiles_many(ws: &[QMat], x: &[f32], t: usize, ys: &mut [&mut [f32]]) {
+    const ROWS: usize = 32;
+    with_acts(x, &[RowDot::Q8K(dot_q4_k)], false, |acts| {
+        let outs: Vec<OutPtr> = ys.iter_mut().map(|y| OutPtr(y.as_mut_ptr())).collect();
+        let tasks: Vec<(usize, usize)> = ws
+            .iter()
+            .enumerate()
+            .flat_map(|(i, w)| (0..w.rows).step_by(ROWS).map(move |r| (i, r)))
+            .collect();
+        tasks.into_par_iter().for_each(|(i, r0)| {
+            let w = &ws[i];
+            let (rows, out) = (r0..(r0 + ROWS).min(w.rows), outs[i].at(0));
+            // SAFETY: `k_tiles` checked the kernel; this task alone writes these rows of
+            // output i (T, N_i).
+            unsafe {
+                if w.ty == GgmlType::Q6_K {
+                    super::repack_q6k::prefill_rows(w, rows, &acts.q8k, t, out, w.rows)
+                } else {
+                    super::repack_k::prefill_rows(w, rows, &acts.q8k, t, out, w.rows)
+                }
+            }
+        });
+    })
+}
+
+/// Whether prefill takes `k_tiles_many` for `w`.
+pub(super) fn k_tiles(w: &QMat) -> bool {
+    matches!(w.ty, GgmlType::Q5_K | GgmlType::Q6_K)
+        && w.cols.is_multiple_of(QK_K)
+        && qgemm::has_vnni()
 }
 
 /// Products on repacked 8-bit-kernel weights: X quantized once, each block's sum taken once;

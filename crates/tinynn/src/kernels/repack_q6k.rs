@@ -1,0 +1,232 @@
+//! Q6_K rows repacked (per prefill call, in a scratch) for the output-stationary AVX-512 VNNI
+//! kernel of `repack_k`
+//! (16 weight rows in the 16 lanes of a vector), for ggml's `block_q6_K` (`ggml-common.h`):
+//! the 6-bit values are rebuilt from their low nibbles and 2 high bits as they are loaded,
+//! enter `vpdpbusd` unsigned (0..63) against Q8_K activations, and each 16-element sub-block
+//! takes 32 times its activation sum (`bsums`) off before its signed scale multiplies it, the
+//! maths of `ggml_vec_dot_q6_K_q8_K`.
+//!
+//! Layout per group of 16 rows (a short last group is padded with zero rows) and 256-block:
+//! the 16 rows' d as f16 (32 bytes); the 16 sub-block scales, scale s of the 16 rows together
+//! (256 bytes); for each half n of the block, each 32-byte run h of its 64 bytes of low
+//! nibbles and c in 0..8 the bytes 4c..4c+4 of that run of each row (64 bytes: low nibbles
+//! are elements 128n+32h+4c.., high ones 128n+64+32h+4c..); then for each n and c the bytes
+//! 4c..4c+4 of each row's 32 bytes of high bits of that half (64 bytes; bits 2k, 2k+1 belong
+//! to the element of quarter k). 3360 bytes, as the original's 16 x 210.
+
+use super::qdot_k::Q8KAct;
+use super::QMat;
+use crate::quant::{GgmlType, QK_K};
+
+/// Rows per group.
+const G: usize = 16;
+/// Offsets in a group-block: scales, low nibbles, high bits; its size.
+const SCALES: usize = 32;
+const QL: usize = SCALES + 16 * G;
+const QH: usize = QL + 4 * 8 * 64;
+const GB: usize = QH + 2 * 8 * 64;
+/// Tokens per tile.
+const TT: usize = 4;
+
+/// Bytes of `rows` rows of `cols` in the layout.
+pub fn packed_bytes(rows: usize, cols: usize) -> usize {
+    rows.div_ceil(G) * (cols / QK_K) * GB
+}
+
+/// Rows `rows` of the Q6_K matrix `w` (K a multiple of 256; `rows.start` a multiple of 16)
+/// into `data` as groups 0.. of the layout. Lanes past the last row keep what `data` held.
+pub fn pack_rows(w: &QMat, rows: std::ops::Range<usize>, data: &mut [u8]) {
+    let nb = w.cols / QK_K;
+    for r in rows.clone() {
+        let (g, lane) = ((r - rows.start) / G, r % G);
+        for (b, blk) in w.row(r).chunks_exact(w.ty.type_size()).enumerate() {
+            let at = (g * nb + b) * GB;
+            data[at + 2 * lane..at + 2 * lane + 2].copy_from_slice(&blk[208..210]);
+            for s in 0..16 {
+                data[at + SCALES + G * s + lane] = blk[192 + s];
+            }
+            for (rc, four) in blk[..128].chunks_exact(4).enumerate() {
+                let o = at + QL + rc * 64 + 4 * lane;
+                data[o..o + 4].copy_from_slice(four);
+            }
+            for (nc, four) in blk[128..192].chunks_exact(4).enumerate() {
+                let o = at + QH + nc * 64 + 4 * lane;
+                data[o..o + 4].copy_from_slice(four);
+            }
+        }
+    }
+}
+
+thread_local! {
+    static SCRATCH: std::cell::RefCell<Vec<u8>> = const { std::cell::RefCell::new(Vec::new()) };
+}
+
+/// Prefill's product for rows `rows` of a Q6_K matrix held as in the file: the rows are packed
+/// into a per-thread scratch (once, for all T tokens), then the kernel runs over them. Decode
+/// keeps the AVX2 row dots, faster on this layout's single stream than unpacking 6-bit values
+/// for one token.
+///
+/// # Safety
+/// The CPU must have the kernel (`qgemm::has_vnni`); `out` must be valid for writes at
+/// `t * ldo + r` for t < T (`act` holds T tokens) and r in `rows`, and owned by the caller.
+pub unsafe fn prefill_rows(
+    w: &QMat,
+    rows: std::ops::Range<usize>,
+    act: &Q8KAct,
+    t: usize,
+    out: *mut f32,
+    ldo: usize,
+) {
+    assert!(w.ty == GgmlType::Q6_K && w.cols.is_multiple_of(QK_K));
+    assert!(act.d.len() >= t * (w.cols / QK_K));
+    SCRATCH.with(|s| {
+        let mut s = s.borrow_mut();
+        s.resize(packed_bytes(rows.len(), w.cols), 0);
+        pack_rows(w, rows.clone(), &mut s);
+        #[cfg(target_arch = "x86_64")]
+        for g in 0..rows.len().div_ceil(G) {
+            let mut t0 = 0;
+            while t0 < t {
+                let tn = (t - t0).min(TT);
+                let mut res = [[0f32; G]; TT];
+                match tn {
+                    4 => vnni::group::<4>(&s, w.cols, g, act, t0, &mut res),
+                    3 => vnni::group::<3>(&s, w.cols, g, act, t0, &mut res),
+                    2 => vnni::group::<2>(&s, w.cols, g, act, t0, &mut res),
+                    _ => vnni::group::<1>(&s, w.cols, g, act, t0, &mut res),
+                }
+                let n = G.min(rows.len() - g * G);
+                for (j, rj) in res.iter().enumerate().take(tn) {
+                    for (l, v) in rj.iter().enumerate().take(n) {
+                        *out.add((t0 + j) * ldo + rows.start + g * G + l) = *v;
+                    }
+                }
+                t0 += TT;
+            }
+        }
+        #[cfg(not(target_arch = "x86_64"))]
+        let _ = (act, t, out, ldo);
+    })
+}
+
+#[cfg(target_arch = "x86_64")]
+mod vnni {
+    use super::*;
+    use std::arch::x86_64::*;
+
+    /// One group of 16 rows against TN tokens from t0.
+    #[target_feature(enable = "avx512f,avx512bw,avx512vnni,fma,f16c")]
+    pub unsafe fn group<const TN: usize>(
+        data: &[u8],
+        cols: usize,
+        g: usize,
+        act: &Q8KAct,
+        t0: usize,
+        res: &mut [[f32; G]; TT],
+    ) {
+        let nb = cols / QK_K;
+        let (low, three) = (_mm512_set1_epi8(0x0F), _mm512_set1_epi8(3));
+        let mut acc = [_mm512_setzero_ps(); TN];
+        for b in 0..nb {
+            let base = data.as_ptr().add((g * nb + b) * GB);
+            let mut isum = [_mm512_setzero_si512(); TN];
+            // (half n, run h, chunks c0..c0+4): sub-blocks 8n+2h+c0/4 (low) and 8n+4+2h+c0/4
+            for n in 0..2 {
+                for h in 0..2 {
+                    for c0 in [0, 4] {
+                        let mut lo = [_mm512_setzero_si512(); 4];
+                        let mut hi = [_mm512_setzero_si512(); 4];
+                        for u in 0..4 {
+                            let c = c0 + u;
+                            let v =
+                                _mm512_loadu_si512(base.add(QL + ((2 * n + h) * 8 + c) * 64) as _);
+                            let q = _mm512_loadu_si512(base.add(QH + (n * 8 + c) * 64) as _);
+                            let ql = _mm512_srl_epi16(q, _mm_cvtsi32_si128(2 * h as i32));
+                            let qh = _mm512_srl_epi16(q, _mm_cvtsi32_si128(4 + 2 * h as i32));
+                            let bits =
+                                |x: __m512i| _mm512_slli_epi16(_mm512_and_si512(x, three), 4);
+                            lo[u] = _mm512_or_si512(_mm512_and_si512(v, low), bits(ql));
+                            hi[u] = _mm512_or_si512(
+                                _mm512_and_si512(_mm512_srli_epi16(v, 4), low),
+                                bits(qh),
+                            );
+                        }
+                        let (s_lo, s_hi) = (8 * n + 2 * h + c0 / 4, 8 * n + 4 + 2 * h + c0 / 4);
+                        let scale = |s: usize| {
+                            _mm512_cvtepi8_epi32(_mm_loadu_si128(base.add(SCALES + G * s) as _))
+                        };
+                        let (sc_lo, sc_hi) = (scale(s_lo), scale(s_hi));
+                        for (t, is) in isum.iter_mut().enumerate() {
+                            let tok = (t0 + t) * cols + QK_K * b;
+                            let x = act.qs.as_ptr().add(tok) as *const i32;
+                            let off_lo = (128 * n + 32 * h + 4 * c0) / 4;
+                            let off_hi = off_lo + 16;
+                            let (mut dl, mut dh) = (_mm512_setzero_si512(), _mm512_setzero_si512());
+                            for u in 0..4 {
+                                let xl =
+                                    _mm512_set1_epi32(std::ptr::read_unaligned(x.add(off_lo + u)));
+                                let xh =
+                                    _mm512_set1_epi32(std::ptr::read_unaligned(x.add(off_hi + u)));
+                                dl = _mm512_dpbusd_epi32(dl, lo[u], xl);
+                                dh = _mm512_dpbusd_epi32(dh, hi[u], xh);
+                            }
+                            // the values were stored + 32: take 32 * sum(x) of the sub-block off
+                            let bs = &act.bsums[16 * ((t0 + t) * nb + b)..];
+                            let dl = _mm512_sub_epi32(dl, _mm512_set1_epi32(32 * bs[s_lo] as i32));
+                            let dh = _mm512_sub_epi32(dh, _mm512_set1_epi32(32 * bs[s_hi] as i32));
+                            let scaled = _mm512_add_epi32(
+                                _mm512_mullo_epi32(dl, sc_lo),
+                                _mm512_mullo_epi32(dh, sc_hi),
+                            );
+                            *is = _mm512_add_epi32(*is, scaled);
+                        }
+                    }
+                }
+            }
+            let dw = _mm512_cvtph_ps(_mm256_loadu_si256(base as *const __m256i));
+            for (t, a) in acc.iter_mut().enumerate() {
+                let xd = _mm512_set1_ps(act.d[(t0 + t) * nb + b]);
+                *a = _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum[t]), _mm512_mul_ps(dw, xd), *a);
+            }
+        }
+        for (t, a) in acc.iter().enumerate() {
+            _mm512_storeu_ps(res[t].as_mut_ptr(), *a);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::kernels::qdot_k::dot_q6_k_ref;
+
+    #[test]
+    fn packed_q6_k_prefill_matches_row_dots() {
+        let ty = GgmlType::Q6_K;
+        if !crate::kernels::qgemm::has_vnni() {
+            eprintln!("no AVX-512 VNNI here: Q6_K prefill dequantizes");
+            return;
+        }
+        for (n, k, t) in [(16, 256, 1), (37, 1536, 5), (5, 512, 2), (33, 2304, 4)] {
+            let bytes = super::super::test_matrix(ty, n, k, 9);
+            let w = QMat::new(ty, n, k, &bytes).unwrap();
+            let mut act = Q8KAct::default();
+            act.quantize(&super::super::test_data(t * k, 4));
+            let mut y = vec![0f32; t * n];
+            for r0 in (0..n).step_by(32) {
+                // SAFETY: kernel detected; y is (t, n); the chunks of rows are disjoint.
+                unsafe { prefill_rows(&w, r0..(r0 + 32).min(n), &act, t, y.as_mut_ptr(), n) };
+            }
+            for i in 0..t {
+                for r in 0..n {
+                    let want = dot_q6_k_ref(w.row(r), &act.token(i, k / QK_K));
+                    let got = y[i * n + r];
+                    assert!(
+                        (got - want).abs() <= 1e-4 * (1.0 + want.abs()),
+                        "n={n} k={k} ({i},{r}): {got} vs {want}"
+                    );
+                }
+            }
+        }
+    }
+}
