@@ -54,11 +54,12 @@ fn variants<'a>(w: QMat<'a>, packed: Option<&'a Packed>) -> Vec<(&'static str, Q
     v
 }
 
-const TYPES: [GgmlType; 6] = [
+const TYPES: [GgmlType; 7] = [
     GgmlType::Q4_0,
     GgmlType::Q4_1,
     GgmlType::Q8_0,
     GgmlType::Q4_K,
+    GgmlType::Q5_K,
     GgmlType::Q6_K,
     GgmlType::F16,
 ];
