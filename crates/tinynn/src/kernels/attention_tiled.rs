@@ -71,6 +71,8 @@ pub fn causal_attention_tiled(
                 avx512::tile::<8>(q, k, v, &s, kv, t0..t0 + tn, pos0, o)
             }
         };
+        #[cfg(not(target_arch = "x86_64"))]
+        let _ = (q, k, v, kv, t0, tn, o);
     });
 }
 
