@@ -2,10 +2,13 @@
 //! A weight matrix is N rows of K elements (GGUF dims `[K, N]`), each row quantized on its own.
 //!
 //! The entry points pick a kernel per weight type and width:
-//! - decode (T = 1): integer row dots on x quantized once to 8 bits (`rowdot`), for Q4_0,
-//!   Q4_1, Q5_0, Q5_1, Q8_0, Q4_K, Q5_K and Q6_K;
-//! - prefill (T > 1): AVX-512 VNNI tiles for the legacy types (`qgemm`), which sum in the row
-//!   dots' order, so a batch gives the bits of token-by-token decoding;
+//! - weights repacked at load (`repack`: Q4_0, Q4_1, Q5_0, Q8_0, Q4_K on AVX-512 VNNI; F16 on
+//!   AVX-512 F16C): the interleaved-row kernels, decode and prefill alike;
+//! - decode (T = 1) otherwise: integer row dots on x quantized once to 8 bits (`rowdot`), for
+//!   Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q4_K, Q5_K and Q6_K;
+//! - prefill (T > 1) otherwise: AVX-512 VNNI tiles for the legacy types (`qgemm`), which sum
+//!   in the row dots' order, so a batch gives the bits of token-by-token decoding; for Q5_K and
+//!   Q6_K the interleaved k-quant kernels on rows packed per call (`repack_k`, `repack_q6k`);
 //! - anything else: dequantized rows or panels and f32 products (`fallback`).
 
 use super::act_quant::{block_mins, has_min_term, q8_1_sum_corrections, round_for};
