@@ -16,6 +16,7 @@ pub mod attention_tiled;
 pub mod dot;
 pub mod f16dot;
 mod fallback;
+mod group_tiles;
 pub mod norm;
 pub mod qdot;
 #[allow(clippy::needless_range_loop)]
@@ -76,18 +77,18 @@ impl OutPtr {
     }
 }
 
-/// Run `f` on `len` floats of the per-thread scratch `key` (grown on first use only, never
+/// Run `f` on `len` values of the per-thread scratch `key` (grown on first use only, never
 /// freed): what kernels use instead of allocating in a hot loop. Each user has its own key, so
 /// one scratch is never borrowed twice.
-pub(crate) fn with_scratch<R>(
-    key: &'static std::thread::LocalKey<std::cell::RefCell<Vec<f32>>>,
+pub(crate) fn with_scratch<T: Copy + Default, R>(
+    key: &'static std::thread::LocalKey<std::cell::RefCell<Vec<T>>>,
     len: usize,
-    f: impl FnOnce(&mut [f32]) -> R,
+    f: impl FnOnce(&mut [T]) -> R,
 ) -> R {
     key.with(|s| {
         let mut s = s.borrow_mut();
         if s.len() < len {
-            s.resize(len, 0.0);
+            s.resize(len, T::default());
         }
         f(&mut s[..len])
     })

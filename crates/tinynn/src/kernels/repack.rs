@@ -216,45 +216,40 @@ impl PackedQ4 {
         ldo: usize,
     ) {
         #[cfg(target_arch = "x86_64")]
-        for g in g0..g1 {
-            let mut t0 = 0;
-            while t0 < t {
-                let tn = (t - t0).min(TT);
-                let mut res = [[0f32; G]; TT];
+        super::group_tiles::for_group_tiles::<TT>(
+            g0..g1,
+            0..t,
+            self.rows,
+            out,
+            ldo,
+            |g, t0, tn, res| {
                 if self.ty == GgmlType::Q5_0 {
                     match tn {
-                        4 => vnni::group_q5::<4>(self, g, act, xsum, t0, &mut res),
-                        3 => vnni::group_q5::<3>(self, g, act, xsum, t0, &mut res),
-                        2 => vnni::group_q5::<2>(self, g, act, xsum, t0, &mut res),
-                        _ => vnni::group_q5::<1>(self, g, act, xsum, t0, &mut res),
+                        4 => vnni::group_q5::<4>(self, g, act, xsum, t0, res),
+                        3 => vnni::group_q5::<3>(self, g, act, xsum, t0, res),
+                        2 => vnni::group_q5::<2>(self, g, act, xsum, t0, res),
+                        _ => vnni::group_q5::<1>(self, g, act, xsum, t0, res),
                     }
                 } else {
                     match (tn, self.ty == GgmlType::Q8_0) {
                         (tn, false) if self.ty == GgmlType::Q4_1 => match tn {
-                            4 => vnni::group::<4, true>(self, g, act, xsum, t0, &mut res),
-                            3 => vnni::group::<3, true>(self, g, act, xsum, t0, &mut res),
-                            2 => vnni::group::<2, true>(self, g, act, xsum, t0, &mut res),
-                            _ => vnni::group::<1, true>(self, g, act, xsum, t0, &mut res),
+                            4 => vnni::group::<4, true>(self, g, act, xsum, t0, res),
+                            3 => vnni::group::<3, true>(self, g, act, xsum, t0, res),
+                            2 => vnni::group::<2, true>(self, g, act, xsum, t0, res),
+                            _ => vnni::group::<1, true>(self, g, act, xsum, t0, res),
                         },
-                        (4, false) => vnni::group::<4, false>(self, g, act, xsum, t0, &mut res),
-                        (3, false) => vnni::group::<3, false>(self, g, act, xsum, t0, &mut res),
-                        (2, false) => vnni::group::<2, false>(self, g, act, xsum, t0, &mut res),
-                        (_, false) => vnni::group::<1, false>(self, g, act, xsum, t0, &mut res),
-                        (4, true) => vnni::group_q8::<4>(self, g, act, t0, &mut res),
-                        (3, true) => vnni::group_q8::<3>(self, g, act, t0, &mut res),
-                        (2, true) => vnni::group_q8::<2>(self, g, act, t0, &mut res),
-                        (_, true) => vnni::group_q8::<1>(self, g, act, t0, &mut res),
+                        (4, false) => vnni::group::<4, false>(self, g, act, xsum, t0, res),
+                        (3, false) => vnni::group::<3, false>(self, g, act, xsum, t0, res),
+                        (2, false) => vnni::group::<2, false>(self, g, act, xsum, t0, res),
+                        (_, false) => vnni::group::<1, false>(self, g, act, xsum, t0, res),
+                        (4, true) => vnni::group_q8::<4>(self, g, act, t0, res),
+                        (3, true) => vnni::group_q8::<3>(self, g, act, t0, res),
+                        (2, true) => vnni::group_q8::<2>(self, g, act, t0, res),
+                        (_, true) => vnni::group_q8::<1>(self, g, act, t0, res),
                     }
                 }
-                let rows = G.min(self.rows - g * G);
-                for (j, rj) in res.iter().enumerate().take(tn) {
-                    for (l, v) in rj.iter().enumerate().take(rows) {
-                        *out.add((t0 + j) * ldo + g * G + l) = *v;
-                    }
-                }
-                t0 += TT;
-            }
-        }
+            },
+        );
         #[cfg(not(target_arch = "x86_64"))]
         let _ = (g0, g1, act, xsum, t, out, ldo);
     }

@@ -17,6 +17,7 @@
 //! the original's 16 x 144 = 2304 for Q4_K, 2880 against 16 x 176 = 2816 for Q5_K.
 
 use super::arena::{PackArena, PackBuf};
+use super::group_tiles::interleave4;
 use super::qdot_k::{scales_mins_k4, Q8KAct};
 use super::QMat;
 use crate::quant::{GgmlType, QK_K};
@@ -108,21 +109,6 @@ impl PackedK {
             }
         }
     }
-
-    /// `KGroups::gemm_groups` on the copy.
-    ///
-    /// # Safety
-    /// As `KGroups::gemm_groups`.
-    pub unsafe fn gemm_groups(
-        &self,
-        groups: std::ops::Range<usize>,
-        act: &Q8KAct,
-        tokens: std::ops::Range<usize>,
-        out: *mut f32,
-        ldo: usize,
-    ) {
-        self.view().gemm_groups(groups, act, tokens, out, ldo)
-    }
 }
 
 /// Rows of a Q4_K or Q5_K matrix in the 16-row layout, wherever they are held.
@@ -152,30 +138,23 @@ impl KGroups<'_> {
     ) {
         assert!(act.d.len() >= tokens.end * (self.cols / QK_K));
         #[cfg(target_arch = "x86_64")]
-        for g in groups {
-            let mut t0 = tokens.start;
-            while t0 < tokens.end {
-                let tn = (tokens.end - t0).min(TT);
-                let mut res = [[0f32; G]; TT];
-                match (tn, self.ty == GgmlType::Q5_K) {
-                    (4, false) => vnni::group::<4, false>(self, g, act, t0, &mut res),
-                    (3, false) => vnni::group::<3, false>(self, g, act, t0, &mut res),
-                    (2, false) => vnni::group::<2, false>(self, g, act, t0, &mut res),
-                    (_, false) => vnni::group::<1, false>(self, g, act, t0, &mut res),
-                    (4, true) => vnni::group::<4, true>(self, g, act, t0, &mut res),
-                    (3, true) => vnni::group::<3, true>(self, g, act, t0, &mut res),
-                    (2, true) => vnni::group::<2, true>(self, g, act, t0, &mut res),
-                    (_, true) => vnni::group::<1, true>(self, g, act, t0, &mut res),
-                }
-                let rows = G.min(self.rows - g * G);
-                for (j, rj) in res.iter().enumerate().take(tn) {
-                    for (l, v) in rj.iter().enumerate().take(rows) {
-                        *out.add((t0 + j) * ldo + g * G + l) = *v;
-                    }
-                }
-                t0 += TT;
-            }
-        }
+        super::group_tiles::for_group_tiles::<TT>(
+            groups,
+            tokens,
+            self.rows,
+            out,
+            ldo,
+            |g, t0, tn, res| match (tn, self.ty == GgmlType::Q5_K) {
+                (4, false) => vnni::group::<4, false>(self, g, act, t0, res),
+                (3, false) => vnni::group::<3, false>(self, g, act, t0, res),
+                (2, false) => vnni::group::<2, false>(self, g, act, t0, res),
+                (_, false) => vnni::group::<1, false>(self, g, act, t0, res),
+                (4, true) => vnni::group::<4, true>(self, g, act, t0, res),
+                (3, true) => vnni::group::<3, true>(self, g, act, t0, res),
+                (2, true) => vnni::group::<2, true>(self, g, act, t0, res),
+                (_, true) => vnni::group::<1, true>(self, g, act, t0, res),
+            },
+        );
         #[cfg(not(target_arch = "x86_64"))]
         let _ = (groups, act, tokens, out, ldo);
     }
@@ -207,15 +186,9 @@ pub fn pack_rows(w: &QMat, rows: std::ops::Range<usize>, data: &mut [u8]) {
                 data[at + SCALES + G * s + lane] = sm[s];
                 data[at + MINS + G * s + lane] = sm[8 + s];
             }
-            for (jc, four) in blk[qs_at..].chunks_exact(4).enumerate() {
-                let o = at + QS + jc * 64 + 4 * lane;
-                data[o..o + 4].copy_from_slice(four);
-            }
+            interleave4(data, at + QS, lane, &blk[qs_at..]);
             if q5 {
-                for (c, four) in blk[16..48].chunks_exact(4).enumerate() {
-                    let o = at + QH + c * 64 + 4 * lane;
-                    data[o..o + 4].copy_from_slice(four);
-                }
+                interleave4(data, at + QH, lane, &blk[16..48]);
             }
         }
     }
@@ -238,15 +211,13 @@ pub unsafe fn prefill_rows(
     out: *mut f32,
     ldo: usize,
 ) {
-    SCRATCH.with(|s| {
-        let mut s = s.borrow_mut();
-        s.resize(packed_bytes(w.ty, rows.len(), w.cols), 0);
-        pack_rows(w, rows.clone(), &mut s);
+    super::with_scratch(&SCRATCH, packed_bytes(w.ty, rows.len(), w.cols), |s| {
+        pack_rows(w, rows.clone(), s);
         let view = KGroups {
             ty: w.ty,
             rows: rows.len(),
             cols: w.cols,
-            data: &s,
+            data: s,
         };
         view.gemm_groups(
             0..rows.len().div_ceil(G),
@@ -373,8 +344,10 @@ mod tests {
                 // SAFETY: kernel detected; y is (t, n); two token ranges as the driver may
                 // split them.
                 unsafe {
-                    p.gemm_groups(0..p.groups(), &act, 0..t / 2, y.as_mut_ptr(), n);
-                    p.gemm_groups(0..p.groups(), &act, t / 2..t, y.as_mut_ptr(), n);
+                    p.view()
+                        .gemm_groups(0..p.groups(), &act, 0..t / 2, y.as_mut_ptr(), n);
+                    p.view()
+                        .gemm_groups(0..p.groups(), &act, t / 2..t, y.as_mut_ptr(), n);
                 }
             } else {
                 // in chunks of 32 rows (and a short last one), as prefill's tasks take them

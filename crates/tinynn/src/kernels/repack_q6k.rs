@@ -14,6 +14,7 @@
 //! 4c..4c+4 of each row's 32 bytes of high bits of that half (64 bytes; bits 2k, 2k+1 belong
 //! to the element of quarter k). 3360 bytes, as the original's 16 x 210.
 
+use super::group_tiles::interleave4;
 use super::qdot_k::Q8KAct;
 use super::QMat;
 use crate::quant::{GgmlType, QK_K};
@@ -45,14 +46,8 @@ pub fn pack_rows(w: &QMat, rows: std::ops::Range<usize>, data: &mut [u8]) {
             for s in 0..16 {
                 data[at + SCALES + G * s + lane] = blk[192 + s];
             }
-            for (rc, four) in blk[..128].chunks_exact(4).enumerate() {
-                let o = at + QL + rc * 64 + 4 * lane;
-                data[o..o + 4].copy_from_slice(four);
-            }
-            for (nc, four) in blk[128..192].chunks_exact(4).enumerate() {
-                let o = at + QH + nc * 64 + 4 * lane;
-                data[o..o + 4].copy_from_slice(four);
-            }
+            interleave4(data, at + QL, lane, &blk[..128]);
+            interleave4(data, at + QH, lane, &blk[128..192]);
         }
     }
 }
@@ -79,33 +74,25 @@ pub unsafe fn prefill_rows(
 ) {
     assert!(w.ty == GgmlType::Q6_K && w.cols.is_multiple_of(QK_K));
     assert!(act.d.len() >= t * (w.cols / QK_K));
-    SCRATCH.with(|s| {
-        let mut s = s.borrow_mut();
-        s.resize(packed_bytes(rows.len(), w.cols), 0);
-        pack_rows(w, rows.clone(), &mut s);
+    super::with_scratch(&SCRATCH, packed_bytes(rows.len(), w.cols), |s| {
+        pack_rows(w, rows.clone(), s);
+        let (groups, out) = (0..rows.len().div_ceil(G), out.add(rows.start));
         #[cfg(target_arch = "x86_64")]
-        for g in 0..rows.len().div_ceil(G) {
-            let mut t0 = 0;
-            while t0 < t {
-                let tn = (t - t0).min(TT);
-                let mut res = [[0f32; G]; TT];
-                match tn {
-                    4 => vnni::group::<4>(&s, w.cols, g, act, t0, &mut res),
-                    3 => vnni::group::<3>(&s, w.cols, g, act, t0, &mut res),
-                    2 => vnni::group::<2>(&s, w.cols, g, act, t0, &mut res),
-                    _ => vnni::group::<1>(&s, w.cols, g, act, t0, &mut res),
-                }
-                let n = G.min(rows.len() - g * G);
-                for (j, rj) in res.iter().enumerate().take(tn) {
-                    for (l, v) in rj.iter().enumerate().take(n) {
-                        *out.add((t0 + j) * ldo + rows.start + g * G + l) = *v;
-                    }
-                }
-                t0 += TT;
-            }
-        }
+        super::group_tiles::for_group_tiles::<TT>(
+            groups,
+            0..t,
+            rows.len(),
+            out,
+            ldo,
+            |g, t0, tn, res| match tn {
+                4 => vnni::group::<4>(s, w.cols, g, act, t0, res),
+                3 => vnni::group::<3>(s, w.cols, g, act, t0, res),
+                2 => vnni::group::<2>(s, w.cols, g, act, t0, res),
+                _ => vnni::group::<1>(s, w.cols, g, act, t0, res),
+            },
+        );
         #[cfg(not(target_arch = "x86_64"))]
-        let _ = (act, t, out, ldo);
+        let _ = (groups, act, t, out, ldo);
     })
 }
 

@@ -214,7 +214,10 @@ fn packed_k_many(ws: &[QMat], x: &[f32], t: usize, ys: &mut [&mut [f32]]) {
             };
             // SAFETY: packs are only made where the kernel runs; this tile alone writes the
             // rows of groups g of output i (T, N_i).
-            unsafe { p.gemm_groups(g, &acts.q8k, tokens, outs[i].at(0), ws[i].rows) };
+            unsafe {
+                p.view()
+                    .gemm_groups(g, &acts.q8k, tokens, outs[i].at(0), ws[i].rows)
+            };
         });
     })
 }

@@ -1,0 +1,48 @@
+//! The loop the interleaved-row kernels share (`repack`, `repack_k`, `repack_q6k`): for each
+//! group of 16 weight rows and each tile of up to TT tokens, a kernel fills a (TT, 16) block
+//! of results in registers' order, which then lands in the row-major output (T, N).
+
+use std::ops::Range;
+
+/// Rows per group: the 16 lanes of a 512-bit vector.
+pub(crate) const G: usize = 16;
+
+/// Run `kernel(g, t0, tn, res)` for the groups `groups` of a matrix of `rows` rows and the
+/// tiles of `tokens`, then write res[j][l] (j < tn, rows only) to out[(t0 + j) * ldo + 16g + l].
+///
+/// # Safety
+/// `out` must be valid for writes at `t * ldo + r` for t in `tokens` and r in the rows of
+/// these groups, and those places owned by the caller.
+pub(crate) unsafe fn for_group_tiles<const TT: usize>(
+    groups: Range<usize>,
+    tokens: Range<usize>,
+    rows: usize,
+    out: *mut f32,
+    ldo: usize,
+    mut kernel: impl FnMut(usize, usize, usize, &mut [[f32; G]; TT]),
+) {
+    for g in groups {
+        let mut t0 = tokens.start;
+        while t0 < tokens.end {
+            let tn = (tokens.end - t0).min(TT);
+            let mut res = [[0f32; G]; TT];
+            kernel(g, t0, tn, &mut res);
+            let n = G.min(rows - g * G);
+            for (j, rj) in res.iter().enumerate().take(tn) {
+                for (l, v) in rj.iter().enumerate().take(n) {
+                    *out.add((t0 + j) * ldo + g * G + l) = *v;
+                }
+            }
+            t0 += TT;
+        }
+    }
+}
+
+/// Lay `src`'s 4-byte chunks into lane `lane` of consecutive 64-byte vectors from `at`: chunk
+/// c goes to bytes at + 64c + 4 lane .. + 4 (how the packers interleave 16 rows' quants).
+pub(crate) fn interleave4(data: &mut [u8], at: usize, lane: usize, src: &[u8]) {
+    for (c, four) in src.chunks_exact(4).enumerate() {
+        let o = at + c * 64 + 4 * lane;
+        data[o..o + 4].copy_from_slice(four);
+    }
+}
