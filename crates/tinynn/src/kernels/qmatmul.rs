@@ -143,6 +143,14 @@ pub fn matmul_many(ws: &[QMat], x: &[f32], t: usize, ys: &mut [&mut [f32]]) {
     if ws.iter().all(|w| w.packed.is_some()) {
         return packed_many(ws, x, t, ys);
     }
+    if ws.iter().any(|w| w.packed.is_some()) {
+        // a set that mixes repacked and plain matrices: each on its own kernel (the row dots
+        // would read a repacked matrix's released original back from the file)
+        for (w, y) in ws.iter().zip(ys.iter_mut()) {
+            matmul(w, x, t, y);
+        }
+        return;
+    }
     if t == 1 {
         if let Some(dots) = ws
             .iter()
@@ -320,6 +328,45 @@ mod tests {
                 matmul(&ws[1], &x, t, &mut b1);
                 assert_eq!((a, b), (a1, b1), "{ty} t={t}");
             }
+        }
+    }
+
+    /// A set mixing a repacked matrix with a plain one reads the repacked copy: with the
+    /// original bytes zeroed (as if released), the products still equal the true ones.
+    #[test]
+    fn mixed_sets_read_the_repacked_copy() {
+        let k = 512;
+        let (a_bytes, b_bytes) = (
+            super::super::test_matrix(GgmlType::Q4_0, 48, k, 1),
+            super::super::test_matrix(GgmlType::Q6_K, 16, k, 2),
+        );
+        let a = QMat::new(GgmlType::Q4_0, 48, k, &a_bytes).unwrap();
+        let Some(packed) = Packed::new(&a) else {
+            eprintln!("no repacking kernel here: nothing is released, nothing to mix");
+            return;
+        };
+        let zeros = vec![0u8; a_bytes.len()];
+        let released = QMat {
+            packed: Some(&packed),
+            ..QMat::new(GgmlType::Q4_0, 48, k, &zeros).unwrap()
+        };
+        let b = QMat::new(GgmlType::Q6_K, 16, k, &b_bytes).unwrap();
+        for t in [1, 5] {
+            let x = data(t * k, 3);
+            let (mut ya, mut yb) = (vec![0f32; t * 48], vec![0f32; t * 16]);
+            matmul_many(&[released, b], &x, t, &mut [&mut ya, &mut yb]);
+            let (mut wa, mut wb) = (vec![0f32; t * 48], vec![0f32; t * 16]);
+            matmul(
+                &QMat {
+                    packed: Some(&packed),
+                    ..a
+                },
+                &x,
+                t,
+                &mut wa,
+            );
+            matmul(&b, &x, t, &mut wb);
+            assert_eq!((ya, yb), (wa, wb), "t={t}");
         }
     }
 
