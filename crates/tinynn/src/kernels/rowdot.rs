@@ -69,18 +69,63 @@ thread_local! {
     static ACTS: RefCell<Acts> = RefCell::new(Acts::default());
 }
 
-/// Run `f` on x converted to every form that one of `dots` reads (Q8_1 also when `tiles`,
-/// for prefill); the other forms are stale.
-fn with_acts<R>(x: &[f32], dots: &[RowDot], tiles: bool, f: impl FnOnce(&Acts) -> R) -> R {
+/// Which forms of x a product reads.
+#[derive(Clone, Copy, Default)]
+struct Forms {
+    q8_1: bool,
+    q8k: bool,
+    f16: bool,
+}
+
+impl Forms {
+    const Q8_1: Forms = Forms {
+        q8_1: true,
+        q8k: false,
+        f16: false,
+    };
+    const Q8K: Forms = Forms {
+        q8_1: false,
+        q8k: true,
+        f16: false,
+    };
+    const F16: Forms = Forms {
+        q8_1: false,
+        q8k: false,
+        f16: true,
+    };
+
+    /// The forms that the row dots `dots` read.
+    fn of(dots: &[RowDot]) -> Forms {
+        dots.iter().fold(Forms::default(), |f, d| {
+            f.with(match d {
+                RowDot::Q8_1(_) => Forms::Q8_1,
+                RowDot::Q8K(_) => Forms::Q8K,
+                RowDot::F16 => Forms::F16,
+            })
+        })
+    }
+
+    /// Both sets of forms.
+    fn with(self, o: Forms) -> Forms {
+        Forms {
+            q8_1: self.q8_1 || o.q8_1,
+            q8k: self.q8k || o.q8k,
+            f16: self.f16 || o.f16,
+        }
+    }
+}
+
+/// Run `f` on x converted to each of `forms`; the other forms are stale.
+fn with_acts<R>(x: &[f32], forms: Forms, f: impl FnOnce(&Acts) -> R) -> R {
     ACTS.with(|acts| {
         let mut acts = acts.borrow_mut();
-        if tiles || dots.iter().any(|d| matches!(d, RowDot::Q8_1(_))) {
+        if forms.q8_1 {
             acts.q8_1.quantize(x);
         }
-        if dots.iter().any(|d| matches!(d, RowDot::Q8K(_))) {
+        if forms.q8k {
             acts.q8k.quantize(x);
         }
-        if dots.iter().any(|d| matches!(d, RowDot::F16)) {
+        if forms.f16 {
             // through an f16 buffer: half's slice conversions run 8 lanes at a time (F16C)
             use half::slice::HalfFloatSliceExt;
             let Acts { f16, f16_bits, .. } = &mut *acts;
@@ -95,7 +140,7 @@ fn with_acts<R>(x: &[f32], dots: &[RowDot], tiles: bool, f: impl FnOnce(&Acts) -
 
 /// Decode's product: convert x once, then one row dot per output.
 pub(super) fn matvec_int8(w: &QMat, x: &[f32], y: &mut [f32], dot: RowDot) {
-    with_acts(x, &[dot], false, |acts| {
+    with_acts(x, Forms::of(&[dot]), |acts| {
         let chunk = (w.rows / (rayon::current_num_threads() * 4)).clamp(8, 256);
         y.par_chunks_mut(chunk).enumerate().for_each(|(c, ys)| {
             for (i, yi) in ys.iter_mut().enumerate() {
@@ -110,7 +155,9 @@ pub(super) fn matvec_int8(w: &QMat, x: &[f32], y: &mut [f32], dot: RowDot) {
 /// synchronisation, not three. Decode (T = 1) takes `dots`, one per matrix; prefill the tiles.
 pub(super) fn int8_many(ws: &[QMat], x: &[f32], t: usize, ys: &mut [&mut [f32]], dots: &[RowDot]) {
     const CHUNK: usize = 16;
-    with_acts(x, dots, t > 1, |acts| {
+    // prefill's tiles read Q8_1
+    let tiles = if t > 1 { Forms::Q8_1 } else { Forms::default() };
+    with_acts(x, Forms::of(dots).with(tiles), |acts| {
         let outs: Vec<OutPtr> = ys.iter_mut().map(|y| OutPtr(y.as_mut_ptr())).collect();
         let tasks: Vec<(usize, usize)> = ws
             .iter()
@@ -189,7 +236,7 @@ fn packed_f16_many(ws: &[QMat], x: &[f32], t: usize, ys: &mut [&mut [f32]]) {
     use super::repack_f16::{GROUPS_PER_TASK, TOKENS_PER_TASK};
     // one token tile: nothing to keep in L2, so small tasks balance the threads better
     let per_task = if t <= 8 { 1 } else { GROUPS_PER_TASK };
-    with_acts(x, &[RowDot::F16], false, |acts| {
+    with_acts(x, Forms::F16, |acts| {
         let outs: Vec<OutPtr> = ys.iter_mut().map(|y| OutPtr(y.as_mut_ptr())).collect();
         par_tiles(ws, t, per_task, TOKENS_PER_TASK, |i, g, tokens| {
             let Some(Packed::F16(p)) = ws[i].packed else {
@@ -206,7 +253,7 @@ fn packed_f16_many(ws: &[QMat], x: &[f32], t: usize, ys: &mut [&mut [f32]]) {
 /// all tokens (one group per task in decode, where nothing stays in cache between tokens).
 fn packed_k_many(ws: &[QMat], x: &[f32], t: usize, ys: &mut [&mut [f32]]) {
     let per_task = 2;
-    with_acts(x, &[RowDot::Q8K(dot_q4_k)], false, |acts| {
+    with_acts(x, Forms::Q8K, |acts| {
         let outs: Vec<OutPtr> = ys.iter_mut().map(|y| OutPtr(y.as_mut_ptr())).collect();
         par_tiles(ws, t, per_task, t.max(1), |i, g, tokens| {
             let Some(Packed::K(p)) = ws[i].packed else {
@@ -228,7 +275,7 @@ fn packed_k_many(ws: &[QMat], x: &[f32], t: usize, ys: &mut [&mut [f32]]) {
 /// `repack_q6k::prefill_rows`).
 pub(super) fn k_tiles_many(ws: &[QMat], x: &[f32], t: usize, ys: &mut [&mut [f32]]) {
     const ROWS: usize = 32;
-    with_acts(x, &[RowDot::Q8K(dot_q4_k)], false, |acts| {
+    with_acts(x, Forms::Q8K, |acts| {
         let outs: Vec<OutPtr> = ys.iter_mut().map(|y| OutPtr(y.as_mut_ptr())).collect();
         let tasks: Vec<(usize, usize)> = ws
             .iter()
@@ -261,7 +308,7 @@ pub(super) fn k_tiles(w: &QMat) -> bool {
 /// Products on repacked 8-bit-kernel weights: X quantized once, each block's sum taken once;
 /// tiles of two groups over all tokens.
 fn packed_int8_many(ws: &[QMat], x: &[f32], t: usize, ys: &mut [&mut [f32]]) {
-    with_acts(x, &[], true, |acts| {
+    with_acts(x, Forms::Q8_1, |acts| {
         XSUM.with(|xs| {
             let mut xs = xs.borrow_mut();
             super::repack::block_sums(&acts.q8_1, &mut xs);
