@@ -171,20 +171,18 @@ pub fn matmul_many(ws: &[QMat], x: &[f32], t: usize, ys: &mut [&mut [f32]]) {
 
 /// The kernels `matvec` and `matmul` choose for `w` on this CPU: (decode, prefill).
 pub fn kernel_names(w: &QMat) -> (&'static str, &'static str) {
-    let packable = matches!(
-        w.ty,
-        GgmlType::Q4_0 | GgmlType::Q4_1 | GgmlType::Q5_0 | GgmlType::Q8_0
-    );
-    if packable && w.cols.is_multiple_of(32) && super::repack::has_packed_kernel() {
-        let k = "int8, 16 interleaved rows (AVX-512 VNNI)";
-        return (k, k);
-    }
-    if w.ty == GgmlType::F16 && super::repack_f16::has_f16_kernel() {
-        let k = "f16, 16 interleaved rows (AVX-512 F16C)";
-        return (k, k);
-    }
-    if super::repack_k::PackedK::bytes_for(w.ty, w.rows, w.cols).is_some() {
-        let k = "int8 Q4_K, 16 interleaved rows (AVX-512 VNNI)";
+    // what `Packed::new` would make of w, by the same predicates
+    let (rows, cols) = (w.rows, w.cols);
+    let packed = if super::repack::PackedQ4::bytes_for(w.ty, rows, cols).is_some() {
+        Some("int8, 16 interleaved rows (AVX-512 VNNI)")
+    } else if super::repack_f16::PackedF16::bytes_for(w.ty, rows, cols).is_some() {
+        Some("f16, 16 interleaved rows (AVX-512 F16C)")
+    } else if super::repack_k::PackedK::bytes_for(w.ty, rows, cols).is_some() {
+        Some("int8 Q4_K, 16 interleaved rows (AVX-512 VNNI)")
+    } else {
+        None
+    };
+    if let Some(k) = packed {
         return (k, k);
     }
     let decode = if RowDot::for_matrix(w).is_some() {
