@@ -82,24 +82,35 @@ mod avx512 {
     use super::*;
     use std::arch::x86_64::*;
 
+    /// `vpermt2ps` indices of one butterfly stage of width b (8, 4, 2, 1): for the row of a
+    /// pair with bit b clear, lanes with bit b set come from the partner row's lane - b; for
+    /// the partner, lanes with bit b clear come from the first row's lane + b.
+    const fn butterfly(b: usize, partner: bool) -> [i32; 16] {
+        let mut idx = [0i32; 16];
+        let mut c = 0;
+        while c < 16 {
+            idx[c] = match (c & b == 0, partner) {
+                (true, false) => c as i32,
+                (false, false) => (16 + c - b) as i32,
+                (true, true) => (c + b) as i32,
+                (false, true) => (16 + c) as i32,
+            };
+            c += 1;
+        }
+        idx
+    }
+
+    const STAGES: [(usize, [i32; 16], [i32; 16]); 4] = [
+        (8, butterfly(8, false), butterfly(8, true)),
+        (4, butterfly(4, false), butterfly(4, true)),
+        (2, butterfly(2, false), butterfly(2, true)),
+        (1, butterfly(1, false), butterfly(1, true)),
+    ];
+
     /// The 16 x 16 block of floats in `r` transposed in place (butterflies of 8, 4, 2, 1).
     #[inline(always)]
     unsafe fn transpose16(r: &mut [__m512; 16]) {
-        for b in [8usize, 4, 2, 1] {
-            let lo: [i32; 16] = std::array::from_fn(|c| {
-                if c & b == 0 {
-                    c as i32
-                } else {
-                    (16 + c - b) as i32
-                }
-            });
-            let hi: [i32; 16] = std::array::from_fn(|c| {
-                if c & b == 0 {
-                    (c + b) as i32
-                } else {
-                    16 + c as i32
-                }
-            });
+        for (b, lo, hi) in STAGES {
             let (lo, hi) = (
                 _mm512_loadu_si512(lo.as_ptr() as _),
                 _mm512_loadu_si512(hi.as_ptr() as _),
