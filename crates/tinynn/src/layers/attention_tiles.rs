@@ -72,17 +72,42 @@ multiversion! {
 
 /// One (sequence, query head): qkv holds the sequence's T rows, out its T output rows
 /// (written through `out`), lse its T log-sum-exps.
+impl HeadJob {
+    /// S = scale Q K^T for query rows i0..i0+qb against keys 0..nk: (qb, nk) into s. Forward
+    /// and backward both compute it (flash attention recomputes rather than stores it).
+    ///
+    /// # Safety
+    /// Rows i0..i0+qb and 0..nk of qkv hold this head's q and k columns; s has qb * nk floats.
+    unsafe fn scores(&self, qkv: &[f32], i0: usize, qb: usize, nk: usize, s: &mut [f32]) {
+        let st = self.stride as isize;
+        gemm_strided(
+            qb,
+            nk,
+            self.d,
+            s.as_mut_ptr(),
+            nk as isize,
+            false,
+            qkv.as_ptr().add(i0 * self.stride + self.q),
+            1,
+            st,
+            qkv.as_ptr().add(self.k),
+            st,
+            1,
+            self.scale,
+            Parallelism::None,
+        );
+    }
+}
+
 pub(crate) fn head_forward(qkv: &[f32], job: HeadJob, out: SendPtr, lse: &mut [f32]) {
     let HeadJob {
         stride,
-        q,
-        k,
         v,
         out_stride,
         o,
         d,
         t,
-        scale,
+        ..
     } = job;
     assert!(qkv.len() >= t * stride && lse.len() >= t);
     let (st, os) = (stride as isize, out_stride as isize);
@@ -94,23 +119,7 @@ pub(crate) fn head_forward(qkv: &[f32], job: HeadJob, out: SendPtr, lse: &mut [f
             // output rows i0..i0+qb, columns o..o+d, belong to this task.
             unsafe {
                 // (qb, D) x (D, nk) -> (qb, nk)
-                let qp = qkv.as_ptr().add(i0 * stride + q);
-                gemm_strided(
-                    qb,
-                    nk,
-                    d,
-                    s.as_mut_ptr(),
-                    nk as isize,
-                    false,
-                    qp,
-                    1,
-                    st,
-                    qkv.as_ptr().add(k),
-                    st,
-                    1,
-                    scale,
-                    Parallelism::None,
-                );
+                job.scores(qkv, i0, qb, nk, s);
                 softmax_rows(s, nk, i0, &mut lse[i0..i0 + qb]);
                 // (qb, nk) x (nk, D) -> (qb, D)
                 let dst = out.get().add(i0 * out_stride + o);
@@ -179,22 +188,7 @@ pub(crate) fn head_backward(
                 let qp = qkv.as_ptr().add(i0 * stride + q);
                 let dop = dout.as_ptr().add(i0 * out_stride + o);
                 // S = scale Q K^T, dP = dO V^T: (qb, nk)
-                gemm_strided(
-                    qb,
-                    nk,
-                    d,
-                    s.as_mut_ptr(),
-                    nk as isize,
-                    false,
-                    qp,
-                    1,
-                    st,
-                    qkv.as_ptr().add(k),
-                    st,
-                    1,
-                    scale,
-                    Parallelism::None,
-                );
+                job.scores(qkv, i0, qb, nk, s);
                 gemm_strided(
                     qb,
                     nk,
