@@ -5,7 +5,7 @@
 mod common;
 
 use common::*;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 /// About 40 KB of text with repeated structure, so a BPE learns merges and a model a little.
 fn corpus() -> String {
@@ -63,6 +63,12 @@ interval = 5
     )
 }
 
+/// Data prepared in `tmp` and the recipe that trains on it, as a file.
+fn prepared_recipe(tmp: &TempDir) -> PathBuf {
+    let data = prepare(tmp);
+    tmp.write("r.toml", recipe(Path::new(&data)))
+}
+
 fn prepare(tmp: &TempDir) -> String {
     let text = tmp.write("corpus.txt", corpus());
     let data = tmp.path("data");
@@ -97,8 +103,7 @@ fn only_run(runs: &Path) -> std::path::PathBuf {
 #[test]
 fn prepare_train_runs_plot_generate() {
     let tmp = TempDir::new("train-e2e");
-    let data = prepare(&tmp);
-    let recipe_path = tmp.write("r.toml", recipe(Path::new(&data)));
+    let recipe_path = prepared_recipe(&tmp);
     let runs = tmp.path("runs");
     let out = toy_ok(&[
         "train",
@@ -194,8 +199,7 @@ fn prepare_train_runs_plot_generate() {
 #[test]
 fn interrupted_cli_run_resumes_to_the_same_weights() {
     let tmp = TempDir::new("train-resume");
-    let data = prepare(&tmp);
-    let recipe_path = tmp.write("r.toml", recipe(Path::new(&data)));
+    let recipe_path = prepared_recipe(&tmp);
     let (a, b) = (tmp.path("a"), tmp.path("b"));
     toy_ok(&["train", &arg(&recipe_path), "--runs-dir", &arg(&a)]);
     let out = toy_ok(&[
@@ -219,8 +223,7 @@ fn interrupted_cli_run_resumes_to_the_same_weights() {
 #[test]
 fn training_mistakes_are_one_line_errors() {
     let tmp = TempDir::new("train-errors");
-    let data = prepare(&tmp);
-    let recipe_path = tmp.write("r.toml", recipe(Path::new(&data)));
+    let recipe_path = prepared_recipe(&tmp);
     let runs = arg(&tmp.path("runs"));
     let e = toy_err(&[
         "train",
@@ -293,10 +296,9 @@ fn default_corpus_is_the_rust_book_or_a_clear_error() {
 #[test]
 fn killed_mid_run_leaves_a_loadable_checkpoint_and_resumes_to_the_same_weights() {
     let tmp = TempDir::new("train-kill");
-    let data = prepare(&tmp);
     // A checkpoint every step, so most of the run is spent writing checkpoints and the kill
     // most likely lands in the middle of one.
-    let recipe_path = tmp.write("r.toml", recipe(Path::new(&data)));
+    let recipe_path = prepared_recipe(&tmp);
     let every_step = [
         "--set",
         "checkpoint.interval=1",
