@@ -16,31 +16,15 @@ fn error(v: &Value) -> &Value {
     e
 }
 
-async fn raw_post(s: &toy_serve::Server, path: &str, body: &str) -> (u16, Value) {
-    let r = client()
-        .post(url(s, path))
-        .header("content-type", "application/json")
-        .body(body.to_string())
-        .send()
-        .await
-        .expect("sent");
-    let st = r.status().as_u16();
-    let text = r.text().await.unwrap();
-    (
-        st,
-        serde_json::from_str(&text).unwrap_or_else(|_| panic!("non-JSON {st}: {text}")),
-    )
-}
-
 #[tokio::test]
 async fn malformed_bodies_are_400_in_the_openai_shape() {
     let s = shared();
     for body in ["{bad", "", "[1, 2]", "\"text\"", "{\"messages\": [}"] {
-        let (st, v) = raw_post(s, "/v1/chat/completions", body).await;
+        let (st, v) = post_raw(s, "/v1/chat/completions", body).await;
         assert_eq!(st, 400, "{body:?}: {v}");
         assert_eq!(error(&v)["type"], "invalid_request_error");
     }
-    let (st, v) = raw_post(s, "/tokenize", "{oops").await;
+    let (st, v) = post_raw(s, "/tokenize", "{oops").await;
     assert_eq!(
         (st, error(&v)["code"].as_str()),
         (400, Some("invalid_json"))
@@ -202,7 +186,7 @@ async fn a_body_over_the_limit_is_413() {
     let s = shared();
     let big = "a".repeat(5 << 20);
     let body = json!({"prompt": big}).to_string();
-    let (st, v) = raw_post(s, "/v1/completions", &body).await;
+    let (st, v) = post_raw(s, "/v1/completions", &body).await;
     assert_eq!(
         (st, error(&v)["code"].as_str()),
         (413, Some("body_too_large"))
@@ -307,7 +291,7 @@ async fn an_api_key_guards_the_api_but_not_the_page_or_health() {
 async fn the_server_keeps_serving_after_errors() {
     let s = shared();
     for _ in 0..3 {
-        raw_post(s, "/v1/chat/completions", "{bad").await;
+        post_raw(s, "/v1/chat/completions", "{bad").await;
         post(s, "/v1/chat/completions", &json!({"messages": []})).await;
         post(
             s,

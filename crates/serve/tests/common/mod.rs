@@ -90,6 +90,11 @@ pub fn client() -> reqwest::Client {
 
 /// Status and JSON body (the body must be JSON, errors included).
 pub async fn post(s: &Server, path: &str, body: &Value) -> (u16, Value) {
+    post_raw(s, path, &body.to_string()).await
+}
+
+/// As `post`, with the request body as given (malformed JSON included).
+pub async fn post_raw(s: &Server, path: &str, body: &str) -> (u16, Value) {
     let r = client()
         .post(url(s, path))
         .header("content-type", "application/json")
