@@ -230,3 +230,40 @@ async fn runs_api_refuses_a_dir_outside_the_runs_dir() {
         "{runs}"
     );
 }
+
+/// Regression (issue 10): the token counters were added after the reply had gone out, so a
+/// scrape right after a finished request could miss it. Each reply here is followed at once
+/// by a scrape that must already hold every token of every reply so far.
+#[tokio::test]
+async fn a_scrape_after_a_reply_always_includes_its_tokens() {
+    let s = start(config());
+    let (mut prompt, mut completion) = (0.0, 0.0);
+    for i in 0..6 {
+        let mut body = chat(&format!("Count to {i}."), 3 + i);
+        let usage = if i % 2 == 0 {
+            let (st, v) = post(&s, "/v1/chat/completions", &body).await;
+            assert_eq!(st, 200, "{v}");
+            v["usage"].clone()
+        } else {
+            body["stream"] = json!(true);
+            body["stream_options"] = json!({"include_usage": true});
+            let (chunks, done) = stream(&s, "/v1/chat/completions", &body).await;
+            assert!(done, "the stream ended with [DONE]");
+            chunks.last().expect("a usage chunk")["usage"].clone()
+        };
+        prompt += usage["prompt_tokens"].as_f64().unwrap();
+        completion += usage["completion_tokens"].as_f64().unwrap();
+        assert_eq!(
+            metric(&s, "toy_completion_tokens_total").await,
+            completion,
+            "reply {i}"
+        );
+        assert_eq!(
+            metric(&s, "toy_prompt_tokens_total").await,
+            prompt,
+            "reply {i}"
+        );
+        let ttft = metric(&s, "toy_time_to_first_token_seconds_count").await;
+        assert_eq!(ttft, (i + 1) as f64, "reply {i}");
+    }
+}

@@ -185,6 +185,7 @@ pub async fn run(state: &AppState, req: GenRequest, route: &str) -> Result<Respo
         params: req.params.clone(),
         events: tx,
         ended: ended.clone(),
+        metrics: state.metrics.clone(),
         enqueued: Instant::now(),
     };
     state

@@ -115,6 +115,9 @@ pub struct GenJob {
     pub events: mpsc::UnboundedSender<Event>,
     /// Each sequence's end, also after the client went away and `events` closed.
     pub ended: Arc<Ended>,
+    /// Where a sequence's counts go when it ends, before its `Done` event is sent, so a
+    /// scrape after the response always includes them.
+    pub metrics: Arc<Metrics>,
     pub enqueued: Instant,
 }
 
@@ -263,6 +266,7 @@ impl Engine {
             }
             self.drop_cancelled_waiting();
             self.admit();
+            // each ended sequence has already counted itself (`Seq::finish`)
             let mut finished = Vec::new();
             let mut decoded = 0;
             for g in self.groups.values_mut() {
@@ -277,9 +281,6 @@ impl Engine {
                         Err(_) => g.abort("internal error in the engine step", &mut finished),
                     }
                 }
-            }
-            for d in &finished {
-                self.metrics.seq_done(d);
             }
             if decoded > 0 {
                 self.metrics.record_decode(decoded);

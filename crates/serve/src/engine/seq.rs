@@ -118,8 +118,85 @@ impl Seq {
             cached_tokens: self.cached,
             ttft_ms,
         };
+        // counted before the handler hears of the end: a `/metrics` scrape that follows the
+        // response (last SSE chunk or JSON body) always includes this sequence
+        self.job.metrics.seq_done(&done);
         self.job.ended.push(done.clone());
         self.send(Event::Done(done.clone()));
         done
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Seq;
+    use crate::engine::text::TextStream;
+    use crate::engine::{Ended, Event, FinishReason, GenJob, GenParams};
+    use crate::metrics::Metrics;
+    use crate::models::LoadedModel;
+    use std::path::PathBuf;
+    use std::sync::atomic::Ordering;
+    use std::sync::Arc;
+    use std::time::Instant;
+    use toy::infer::sampler::{Sampler, SamplerConfig};
+
+    /// Regression (a `/metrics` scrape right after a 200 missed the request's tokens): the
+    /// counters were added by the engine loop after the step that had already sent `Done`.
+    #[test]
+    fn a_sequence_is_counted_in_the_metrics_before_its_end_is_sent() {
+        let path = std::env::var_os("TOY_MODEL")
+            .map(PathBuf::from)
+            .unwrap_or_else(|| {
+                PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+                    .join("../../models/SmolLM2-135M-Instruct.Q4_1.gguf")
+            });
+        let model = Arc::new(
+            LoadedModel::load("m", &path, 64).expect("the model (scripts/fetch-model.sh)"),
+        );
+        let metrics = Arc::new(Metrics::default());
+        let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
+        let prompt = Arc::new(vec![1u32, 2, 3]);
+        let job = Arc::new(GenJob {
+            model,
+            prompts: vec![(0, prompt.clone())],
+            params: GenParams {
+                max_tokens: 4,
+                stop: Vec::new(),
+                sampler: SamplerConfig::default(),
+                logprobs: None,
+                prompt_logprobs: false,
+            },
+            events: tx,
+            ended: Arc::new(Ended::default()),
+            metrics: metrics.clone(),
+            enqueued: Instant::now(),
+        });
+        let mut seq = Seq {
+            job,
+            index: 0,
+            prompt,
+            fed: 3,
+            cached: 1,
+            sampler: Sampler::new(SamplerConfig::default()),
+            text: TextStream::new(Vec::new()),
+            generated: 4,
+            next: None,
+            prompt_logprobs: Vec::new(),
+            admitted: Instant::now(),
+            first_token: None,
+        };
+        seq.finish(FinishReason::Length);
+        let mut saw_done = false;
+        while let Ok(ev) = rx.try_recv() {
+            if let Event::Done(d) = ev {
+                saw_done = true;
+                // what a handler reading this event would find in /metrics
+                assert_eq!(metrics.completion_tokens.load(Ordering::SeqCst), 4);
+                assert_eq!(metrics.prompt_tokens.load(Ordering::SeqCst), 3);
+                assert_eq!(metrics.cached_tokens.load(Ordering::SeqCst), 1);
+                assert_eq!(d.completion_tokens, 4);
+            }
+        }
+        assert!(saw_done, "no Done event");
     }
 }
