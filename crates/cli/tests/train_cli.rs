@@ -353,7 +353,7 @@ fn killed_mid_run_leaves_a_loadable_checkpoint_and_resumes_to_the_same_weights()
         if n >= 3 || child.try_wait().expect("poll").is_some() {
             break;
         }
-        assert!(t0.elapsed().as_secs() < 60, "no checkpoints after 60 s");
+        assert!(t0.elapsed().as_secs() < 300, "no checkpoints after 300 s");
         std::thread::sleep(std::time::Duration::from_millis(5));
     }
     let _ = child.kill();

@@ -1,5 +1,6 @@
 //! What a server is started with: the models, where it listens, and the limits of the engine.
 
+use crate::clock::Clock;
 use std::path::PathBuf;
 use std::time::Duration;
 
@@ -34,6 +35,8 @@ pub struct ServeConfig {
     pub body_limit: usize,
     /// Model threads (default: all cores).
     pub threads: Option<usize>,
+    /// What the `--keep-alive` idle timer reads (tests use a manual clock they move).
+    pub clock: Clock,
 }
 
 impl Default for ServeConfig {
@@ -56,6 +59,7 @@ impl Default for ServeConfig {
             prefill_chunk: 64,
             body_limit: 4 << 20,
             threads: None,
+            clock: Clock::real(),
         }
     }
 }

@@ -42,6 +42,7 @@
 //!   before temperature, penalties and truncation.
 
 mod api;
+mod clock;
 mod config;
 pub mod engine;
 mod error;
@@ -50,6 +51,7 @@ mod models;
 mod server;
 mod telemetry;
 
+pub use clock::Clock;
 pub use config::ServeConfig;
 pub use error::{ApiError, ServeError};
 pub use server::{run, start, Server};

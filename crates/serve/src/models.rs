@@ -2,6 +2,7 @@
 //! for it wait, `/health` says 503 meanwhile), dropped again when the engine finds one idle
 //! past `--keep-alive`.
 
+use crate::clock::Clock;
 use crate::error::{ApiError, ServeError};
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
@@ -54,6 +55,7 @@ pub struct Entry {
     pub created: u64,
     state: watch::Sender<LoadState>,
     last_used: Mutex<Instant>,
+    clock: Clock,
 }
 
 impl Entry {
@@ -63,7 +65,7 @@ impl Entry {
 
     fn touch(&self) {
         if let Ok(mut t) = self.last_used.lock() {
-            *t = Instant::now();
+            *t = self.clock.now();
         }
     }
 }
@@ -81,7 +83,12 @@ fn stem(path: &Path) -> String {
 
 impl Registry {
     /// The models of `-m` and of `--models-dir`, checked to exist, ids unique.
-    pub fn new(files: &[PathBuf], dir: Option<&Path>, ctx: usize) -> Result<Self, ServeError> {
+    pub fn new(
+        files: &[PathBuf],
+        dir: Option<&Path>,
+        ctx: usize,
+        clock: Clock,
+    ) -> Result<Self, ServeError> {
         let mut paths: Vec<PathBuf> = files.to_vec();
         if let Some(dir) = dir {
             let err = |source| ServeError::ModelsDir {
@@ -120,7 +127,8 @@ impl Registry {
                 path,
                 created,
                 state: watch::Sender::new(LoadState::Unloaded),
-                last_used: Mutex::new(Instant::now()),
+                last_used: Mutex::new(clock.now()),
+                clock: clock.clone(),
             });
         }
         Ok(Self { entries, ctx })
@@ -210,7 +218,11 @@ impl Registry {
         let Some(e) = self.entries.iter().find(|e| e.id == id) else {
             return false;
         };
-        let idle_long = e.last_used.lock().is_ok_and(|t| t.elapsed() >= idle);
+        let now = e.clock.now();
+        let idle_long = e
+            .last_used
+            .lock()
+            .is_ok_and(|t| now.saturating_duration_since(*t) >= idle);
         idle_long
             && e.state.send_if_modified(|s| {
                 if matches!(s, LoadState::Loaded(_)) {

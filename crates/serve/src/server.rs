@@ -135,6 +135,7 @@ fn prepare(cfg: ServeConfig) -> Result<Prepared, ServeError> {
         &cfg.models,
         cfg.models_dir.as_deref(),
         cfg.ctx,
+        cfg.clock.clone(),
     )?);
     let metrics = Arc::new(Metrics::default());
     let telemetry = Arc::new(Telemetry::open(

@@ -5,7 +5,6 @@
 mod common;
 
 use common::{golden, golden_dir, model_path};
-use std::time::Instant;
 
 use toy::gguf::GgufFile;
 use toy::tokenizer::Tokenizer;
@@ -74,15 +73,12 @@ fn chat_prompts_match_llama_cpp() {
 fn gpl3_has_enough_tokens_for_29_perplexity_chunks_and_round_trips() {
     let tok = tokenizer();
     let text = std::fs::read_to_string(golden_dir().join("gpl-3.txt")).expect("gpl-3.txt");
-    let start = Instant::now();
     let ids = tok.encode(&text, false).expect("encode");
-    let took = start.elapsed();
     assert!(
         ids.len() >= 29 * 256,
         "{} tokens, llama.cpp had at least 7424",
         ids.len()
     );
-    assert!(took.as_secs_f64() < 1.0, "encoding 35 KB took {took:?}");
     assert_eq!(tok.decode(&ids), text);
 }
 
