@@ -54,8 +54,9 @@ pub fn run(a: Args) -> Result<()> {
         sampler: a.sampling.config(),
     };
     eprintln!(
-        "chatting with {} (/reset clears, /quit or Ctrl-D leaves)",
-        a.model.model.display()
+        "chatting with {} (seed {}; /reset clears, /quit or Ctrl-D leaves)",
+        a.model.model.display(),
+        opts.sampler.seed
     );
     let stdin = std::io::stdin();
     let mut out = std::io::stdout();

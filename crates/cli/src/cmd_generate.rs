@@ -37,6 +37,7 @@ pub fn run(a: Args) -> Result<()> {
         stop: a.stop.clone(),
         sampler: a.sampling.config(),
     };
+    let seed = opts.sampler.seed;
     let mut out = std::io::stdout().lock();
     if !a.json {
         write!(out, "{}", a.prompt)?;
@@ -58,12 +59,13 @@ pub fn run(a: Args) -> Result<()> {
             "completion_tokens": g.tokens.len(),
             "prefill_tok_s": g.prefill_tok_s(),
             "decode_tok_s": g.decode_tok_s(),
+            "seed": seed,
         });
         writeln!(out, "{v}")?;
     } else {
         writeln!(out)?;
         eprintln!(
-            "\n[{} prompt tokens, {:.1} tok/s prefill; {} generated, {:.1} tok/s decode; finish: {:?}]",
+            "\n[{} prompt tokens, {:.1} tok/s prefill; {} generated, {:.1} tok/s decode; finish: {:?}; seed {seed}]",
             g.prompt_tokens,
             g.prefill_tok_s(),
             g.tokens.len(),

@@ -85,8 +85,10 @@ pub struct SamplingArgs {
     /// Logit bias as TOKEN_ID=BIAS (repeatable; BIAS may be -inf).
     #[arg(long = "logit-bias", value_parser = parse_bias)]
     pub logit_bias: Vec<(u32, f32)>,
-    #[arg(long, default_value_t = 0)]
-    pub seed: u64,
+    /// Sampling seed; without it every run draws a fresh one (printed, and in `--json`),
+    /// so `--seed N` repeats a run.
+    #[arg(long)]
+    pub seed: Option<u64>,
 }
 
 fn parse_bias(s: &str) -> Result<(u32, f32), String> {
@@ -105,6 +107,7 @@ fn parse_bias(s: &str) -> Result<(u32, f32), String> {
 }
 
 impl SamplingArgs {
+    /// The sampler's settings, with the given seed or a fresh one (`config().seed` says which).
     pub fn config(&self) -> SamplerConfig {
         SamplerConfig {
             temperature: self.temperature,
@@ -116,7 +119,7 @@ impl SamplingArgs {
             frequency_penalty: self.frequency_penalty,
             penalty_last_n: self.repeat_last_n,
             logit_bias: self.logit_bias.clone(),
-            seed: self.seed,
+            seed: self.seed.unwrap_or_else(toy::infer::sampler::fresh_seed),
         }
     }
 }

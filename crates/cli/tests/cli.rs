@@ -155,6 +155,36 @@ fn generate_greedy_is_coherent_and_follows_llama_cpp() {
     );
 }
 
+/// Without `--seed` each run draws its own (issue 10: every `toy chat` gave the same reply
+/// to the same question) and says which; passing that seed back repeats the run.
+#[test]
+fn generate_without_a_seed_draws_one_and_reports_it() {
+    let args = ["-p", "Once upon a time", "-n", "16", "--temp", "1.0"];
+    let runs: Vec<serde_json::Value> = (0..3).map(|_| generate(&args)).collect();
+    let seeds: Vec<u64> = runs
+        .iter()
+        .map(|v| v["seed"].as_u64().expect("--json has the seed"))
+        .collect();
+    assert!(
+        seeds[0] != seeds[1] && seeds[1] != seeds[2] && seeds[0] != seeds[2],
+        "three runs drew seeds {seeds:?}"
+    );
+    assert!(
+        runs.iter().any(|v| ids(&v["ids"]) != ids(&runs[0]["ids"])),
+        "three unseeded runs gave the same tokens"
+    );
+    let seed = seeds[0].to_string();
+    let mut again = args.to_vec();
+    again.extend(["--seed", &seed]);
+    let repeat = generate(&again);
+    assert_eq!(
+        ids(&repeat["ids"]),
+        ids(&runs[0]["ids"]),
+        "--seed {seed} repeats the run"
+    );
+    assert_eq!(repeat["seed"].as_u64(), Some(seeds[0]));
+}
+
 #[test]
 fn generate_sampling_is_reproducible_per_seed() {
     let run = |seed: &str| {

@@ -6,7 +6,6 @@ use crate::engine::GenParams;
 use crate::error::ApiError;
 use crate::models::LoadedModel;
 use serde_json::Value;
-use std::sync::atomic::{AtomicU64, Ordering};
 use toy::infer::sampler::SamplerConfig;
 
 /// Most choices per request.
@@ -61,18 +60,6 @@ pub fn reject_unsupported(f: &Fields) -> Result<(), ApiError> {
     Ok(())
 }
 
-/// A seed for requests that give none: different per request.
-fn fresh_seed() -> u64 {
-    static COUNTER: AtomicU64 = AtomicU64::new(0);
-    let t = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.as_nanos() as u64);
-    (t ^ COUNTER
-        .fetch_add(1, Ordering::Relaxed)
-        .wrapping_mul(0x9e37_79b9_7f4a_7c15))
-    .rotate_left(17)
-}
-
 /// `logit_bias`: {"token id": bias in -100..=100}.
 fn logit_bias(f: &Fields, vocab: usize) -> Result<Vec<(u32, f32)>, ApiError> {
     let Some(map) = f.object("logit_bias")? else {
@@ -109,7 +96,7 @@ pub fn sampler(f: &Fields, vocab: usize) -> Result<SamplerConfig, ApiError> {
     let d = SamplerConfig::default();
     let seed = match f.int_in("seed", i64::MIN, i64::MAX)? {
         Some(s) => s as u64,
-        None => fresh_seed(),
+        None => toy::infer::sampler::fresh_seed(),
     };
     Ok(SamplerConfig {
         temperature: f.f32_in("temperature", 0.0, 2.0)?.unwrap_or(1.0),

@@ -6,6 +6,20 @@
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+/// A seed for a run or request that gives none, as llama.cpp and ollama draw one: different
+/// on every call (the clock's nanoseconds mixed with a per-process counter).
+pub fn fresh_seed() -> u64 {
+    static COUNTER: AtomicU64 = AtomicU64::new(0);
+    let t = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_nanos() as u64);
+    (t ^ COUNTER
+        .fetch_add(1, Ordering::Relaxed)
+        .wrapping_mul(0x9e37_79b9_7f4a_7c15))
+    .rotate_left(17)
+}
 
 #[derive(Clone, Debug, PartialEq)]
 pub struct SamplerConfig {
