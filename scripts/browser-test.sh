@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The page in headless Chromium (scripts/browser-test.py): makes the venv, installs Debian's
-# chromium when it is missing (CI runs as root), builds the release binary and runs the test,
+# chromium when it is missing (CI runs as root), builds (scripts/build.sh) and runs the test,
 # which starts its own `toy serve` with a fake runs dir. Exits non-zero on any failure.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -15,5 +15,5 @@ if ! command -v chromium >/dev/null; then
   DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null
 fi
 PY=$(bash scripts/serve-pyenv.sh)
-cargo build --release --quiet -p toy-cli
+bash scripts/build.sh
 "$PY" scripts/browser-test.py --toy target/release/toy --model "$model"

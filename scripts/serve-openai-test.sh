@@ -1,13 +1,14 @@
 #!/usr/bin/env bash
 # The official `openai` Python client against a live `toy serve` (scripts/serve-openai-test.py):
-# makes the venv, builds the release binary, starts the server on a free loopback port with a
-# throwaway runs dir, runs the checks, stops the server. Exits non-zero on any failure.
+# makes the venv, builds (scripts/build.sh: a no-op after the tests built), starts the server
+# on a free loopback port with a throwaway runs dir, runs the checks, stops the server.
+# Exits non-zero on any failure.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 model=${1:-models/SmolLM2-135M-Instruct.Q4_1.gguf}
 [ -f "$model" ] || { echo "serve-openai: model $model is missing (scripts/fetch-model.sh)" >&2; exit 2; }
 PY=$(bash scripts/serve-pyenv.sh)
-cargo build --release --quiet -p toy-cli
+bash scripts/build.sh
 runs=$(mktemp -d)
 source scripts/serve-lib.sh
 trap 'serve_stop; rm -rf "$runs"' EXIT

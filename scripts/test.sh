@@ -1,12 +1,17 @@
 #!/usr/bin/env bash
-# Every test: fetch the default model if it is missing (the golden tests run on it), then run
-# the whole workspace's tests in release mode (the model tests need optimised code).
+# Every test: fetch the default model if it is missing (the golden tests run on it), build
+# everything once (scripts/build.sh: the test executables and target/release/toy with one
+# feature set), then run the whole workspace's tests in release mode (the model tests need
+# optimised code), the kernels again through their portable paths, the official openai
+# client against a live server, and the page in headless Chromium.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/fetch-model.sh
+bash scripts/build.sh
 cargo test --release --workspace
-# the kernels again through their portable fallbacks (what ARM and older x86 run)
-TOY_FORCE_SCALAR=1 cargo test --release -p tinynn
+# the kernels again through their portable fallbacks (what ARM and older x86 run): the same
+# tinynn test executable, so nothing is rebuilt with another feature set
+TOY_FORCE_SCALAR=1 "$(bash scripts/build.sh --test-bin tinynn)"
 # the server against the official openai Python client, and its page in headless Chromium
 bash scripts/serve-openai-test.sh
 bash scripts/browser-test.sh
