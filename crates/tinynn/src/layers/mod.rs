@@ -13,6 +13,7 @@ pub mod attention;
 mod attention_tiles;
 pub mod cross_entropy;
 pub mod embedding;
+pub mod gdn;
 pub mod layernorm;
 pub mod linear;
 pub mod matmul;
