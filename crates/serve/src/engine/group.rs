@@ -117,7 +117,9 @@ impl Group {
             0
         };
         let slot = &mut self.slots[i];
+        // a hybrid's recurrent layers go back only to a snapshot: keep what truncate kept
         slot.cache.truncate(keep);
+        let keep = slot.cache.pos;
         slot.tokens.truncate(keep);
         seq.fed = keep;
         seq.cached = keep;
@@ -181,7 +183,8 @@ impl Group {
                 .max();
             if let Some((upto, j)) = best.filter(|&(upto, _)| upto > fed) {
                 let (src, dst) = pair(&mut self.slots, j, i);
-                copy_rows(&src.cache, &mut dst.cache, fed, upto);
+                // a hybrid's recurrent layers come only as far as a snapshot of src
+                let upto = dst.cache.copy_prefix_from(&src.cache, fed, upto);
                 dst.tokens.extend_from_slice(&prompt[fed..upto]);
                 if let Some(seq) = dst.seq.as_mut() {
                     seq.fed = upto;
@@ -353,24 +356,6 @@ fn pair(slots: &mut [Slot], a: usize, b: usize) -> (&Slot, &mut Slot) {
         let (lo, hi) = slots.split_at_mut(a);
         (&hi[0], &mut lo[b])
     }
-}
-
-/// Copy positions `from..to` of every layer's keys and values, (Hkv, P, D) each, from `src`
-/// to `dst` (caches of one model and context) and account them in `dst.pos`.
-fn copy_rows(src: &KvCache, dst: &mut KvCache, from: usize, to: usize) {
-    let (d, ctx) = (src.head_dim, src.ctx);
-    for (s, t) in src
-        .k
-        .iter()
-        .zip(dst.k.iter_mut())
-        .chain(src.v.iter().zip(dst.v.iter_mut()))
-    {
-        for g in 0..src.n_kv_head {
-            let (a, b) = ((g * ctx + from) * d, (g * ctx + to) * d);
-            t[a..b].copy_from_slice(&s[a..b]);
-        }
-    }
-    dst.pos = to;
 }
 
 #[cfg(test)]

@@ -1,11 +1,13 @@
 //! The key/value cache: preallocated for `ctx` positions at creation, so decoding never
 //! allocates or copies old entries. Each layer holds K and V as (Hkv, P, D).
 //! Entries are f16, as llama.cpp's default cache: half the memory of f32, and the values
-//! llama.cpp attends over.
+//! llama.cpp attends over. Hybrid models' recurrent (Gated DeltaNet) layers keep a state of
+//! fixed size instead, snapshotted at chunk boundaries so that a shared prefix can be resumed.
 
 use crate::model::ModelError;
 use half::f16;
 use half::slice::HalfFloatSliceExt;
+use tinynn::layers::gdn::{GdnShape, GdnState};
 
 /// `x` rounded to the nearest f16.
 pub fn round_f16(x: f32) -> f32 {
@@ -32,29 +34,159 @@ pub fn round_queries(q: &mut [f32]) {
     q.iter_mut().for_each(|v| *v = round_f16(*v));
 }
 
+/// What one layer keeps of a sequence: an attention layer its keys and values, a Gated
+/// DeltaNet layer its recurrent state (conv inputs and the delta-rule matrix), whose size
+/// does not grow with the context.
+pub enum LayerCache {
+    /// K and V as (Hkv, P, D), f16.
+    Attention {
+        k: Vec<f16>,
+        v: Vec<f16>,
+    },
+    Recurrent(GdnState),
+}
+
+/// How many recurrent snapshots a hybrid cache keeps (the most recent ones): enough for a
+/// chat's next turn to resume near the end of the last one.
+const MAX_SNAPSHOTS: usize = 4;
+
+/// Recurrent layers are snapshotted whenever a forward call leaves `pos` on a multiple of
+/// this: where the server's prefill chunks start, so a resumed prefill splits as a cold one.
+pub const SNAPSHOT_EVERY: usize = 64;
+
+/// The per-sequence cache: one [`LayerCache`] per layer. Attention-only models can go back
+/// to any position (`truncate`); a hybrid's recurrent layers only to a snapshot.
 /// `Default` is an empty cache of no layers, a placeholder that allocates nothing.
 #[derive(Default)]
 pub struct KvCache {
-    pub k: Vec<Vec<f16>>,
-    pub v: Vec<Vec<f16>>,
+    pub layers: Vec<LayerCache>,
     pub ctx: usize,
     pub n_kv_head: usize,
     pub head_dim: usize,
     /// Positions filled so far.
     pub pos: usize,
+    /// (position, the recurrent layers' states there), oldest first.
+    snapshots: Vec<(usize, Vec<GdnState>)>,
 }
 
 impl KvCache {
+    /// Attention in every layer.
     pub fn new(n_layer: usize, n_kv_head: usize, head_dim: usize, ctx: usize) -> Self {
+        Self::hybrid(&vec![None; n_layer], n_kv_head, head_dim, ctx)
+    }
+
+    /// Layer l is recurrent with shape `gdn[l]`, or attention where `None`: only attention
+    /// layers hold `ctx` positions.
+    pub fn hybrid(gdn: &[Option<GdnShape>], n_kv_head: usize, head_dim: usize, ctx: usize) -> Self {
         let size = n_kv_head * ctx * head_dim;
+        let layers = gdn
+            .iter()
+            .map(|g| match g {
+                Some(sh) => LayerCache::Recurrent(GdnState::new(sh)),
+                None => LayerCache::Attention {
+                    k: zeroed(size),
+                    v: zeroed(size),
+                },
+            })
+            .collect();
         Self {
-            k: (0..n_layer).map(|_| zeroed(size)).collect(),
-            v: (0..n_layer).map(|_| zeroed(size)).collect(),
+            layers,
             ctx,
             n_kv_head,
             head_dim,
             pos: 0,
+            snapshots: Vec::new(),
         }
+    }
+
+    /// Keys and values of attention layer `l`, (Hkv, P, D) each.
+    pub fn kv(&self, l: usize) -> (&[f16], &[f16]) {
+        match &self.layers[l] {
+            LayerCache::Attention { k, v } => (k, v),
+            LayerCache::Recurrent(_) => panic!("layer {l} is recurrent, not attention"),
+        }
+    }
+
+    /// The state of recurrent layer `l`.
+    pub fn recurrent(&mut self, l: usize) -> &mut GdnState {
+        match &mut self.layers[l] {
+            LayerCache::Recurrent(s) => s,
+            LayerCache::Attention { .. } => panic!("layer {l} is attention, not recurrent"),
+        }
+    }
+
+    fn has_recurrent(&self) -> bool {
+        self.layers
+            .iter()
+            .any(|l| matches!(l, LayerCache::Recurrent(_)))
+    }
+
+    /// Bytes this cache holds for one sequence: K and V of the attention layers for `ctx`
+    /// positions, the recurrent layers' state (snapshots not counted).
+    pub fn bytes(&self) -> usize {
+        self.layers
+            .iter()
+            .map(|l| match l {
+                LayerCache::Attention { k, v } => 2 * (k.len() + v.len()),
+                LayerCache::Recurrent(s) => 4 * (s.conv.len() + s.s.len()),
+            })
+            .sum()
+    }
+
+    /// Called after a forward call moved `pos`: keep the recurrent states of a chunk
+    /// boundary.
+    pub fn after_forward(&mut self) {
+        if self.pos == 0 || !self.pos.is_multiple_of(SNAPSHOT_EVERY) || !self.has_recurrent() {
+            return;
+        }
+        if self.snapshots.last().is_some_and(|(p, _)| *p == self.pos) {
+            return;
+        }
+        let states = self
+            .layers
+            .iter()
+            .filter_map(|l| match l {
+                LayerCache::Recurrent(s) => Some(s.clone()),
+                LayerCache::Attention { .. } => None,
+            })
+            .collect();
+        self.snapshots.push((self.pos, states));
+        if self.snapshots.len() > MAX_SNAPSHOTS {
+            self.snapshots.remove(0);
+        }
+    }
+
+    /// The furthest position at most `pos` this cache can go back to: `pos` itself for
+    /// attention-only models, else the current position or a snapshot's (0 at worst).
+    pub fn resume_at(&self, pos: usize) -> usize {
+        let pos = pos.min(self.pos);
+        if pos == self.pos || !self.has_recurrent() {
+            return pos;
+        }
+        self.snapshots
+            .iter()
+            .map(|(p, _)| *p)
+            .filter(|&p| p <= pos)
+            .max()
+            .unwrap_or(0)
+    }
+
+    /// Set the recurrent layers to their state at `pos` (a position `resume_at` gave).
+    fn restore(&mut self, pos: usize) {
+        if pos == self.pos {
+            return;
+        }
+        let snap = self.snapshots.iter().find(|(p, _)| *p == pos);
+        let mut states = snap.map(|(_, s)| s.iter());
+        for l in &mut self.layers {
+            if let LayerCache::Recurrent(s) = l {
+                match states.as_mut().and_then(|it| it.next()) {
+                    Some(saved) => s.clone_from(saved),
+                    None => s.reset(),
+                }
+            }
+        }
+        self.snapshots.retain(|(p, _)| *p <= pos);
     }
 
     /// Fail with the numbers when `n` more tokens do not fit.
@@ -69,9 +201,12 @@ impl KvCache {
         Ok(())
     }
 
-    /// Store k, v rows (T, Hkv*D) of layer `l` for positions pos0..pos0+T.
+    /// Store k, v rows (T, Hkv*D) of attention layer `l` for positions pos0..pos0+T.
     pub fn store(&mut self, l: usize, pos0: usize, k: &[f32], v: &[f32]) {
         let (d, hkv, ctx) = (self.head_dim, self.n_kv_head, self.ctx);
+        let LayerCache::Attention { k: kc, v: vc } = &mut self.layers[l] else {
+            panic!("layer {l} is recurrent, not attention");
+        };
         for (t, (kr, vr)) in k
             .chunks_exact(hkv * d)
             .zip(v.chunks_exact(hkv * d))
@@ -79,14 +214,62 @@ impl KvCache {
         {
             for g in 0..hkv {
                 let at = (g * ctx + pos0 + t) * d;
-                self.k[l][at..at + d].convert_from_f32_slice(&kr[g * d..(g + 1) * d]);
-                self.v[l][at..at + d].convert_from_f32_slice(&vr[g * d..(g + 1) * d]);
+                kc[at..at + d].convert_from_f32_slice(&kr[g * d..(g + 1) * d]);
+                vc[at..at + d].convert_from_f32_slice(&vr[g * d..(g + 1) * d]);
             }
         }
     }
 
-    /// Forget everything after the first `pos` positions (to reuse a shared prefix).
+    /// Forget everything after the first `pos` positions (to reuse a shared prefix), or
+    /// after the furthest point before it that recurrent layers can go back to
+    /// ([`KvCache::resume_at`]); `self.pos` says where it ended.
     pub fn truncate(&mut self, pos: usize) {
-        self.pos = self.pos.min(pos);
+        let to = self.resume_at(pos);
+        self.restore(to);
+        self.pos = to;
+    }
+
+    /// Take positions `from..to` from `src`, a cache of the same model and context holding
+    /// the same tokens there, after this cache's first `from` (= `self.pos`) positions. A
+    /// hybrid takes them only up to a snapshot of `src` (or all of `src`): returns how far
+    /// it got, which is also `self.pos` after.
+    pub fn copy_prefix_from(&mut self, src: &KvCache, from: usize, to: usize) -> usize {
+        debug_assert_eq!(from, self.pos);
+        let to = src.resume_at(to);
+        if to <= from {
+            return self.pos;
+        }
+        let (d, ctx) = (src.head_dim, src.ctx);
+        let src_states = if to == src.pos {
+            None
+        } else {
+            src.snapshots.iter().find(|(p, _)| *p == to).map(|(_, s)| s)
+        };
+        let mut snap = src_states.map(|s| s.iter());
+        for (s, t) in src.layers.iter().zip(self.layers.iter_mut()) {
+            match (s, t) {
+                (LayerCache::Attention { k: sk, v: sv }, LayerCache::Attention { k, v }) => {
+                    for g in 0..src.n_kv_head {
+                        let (a, b) = ((g * ctx + from) * d, (g * ctx + to) * d);
+                        k[a..b].copy_from_slice(&sk[a..b]);
+                        v[a..b].copy_from_slice(&sv[a..b]);
+                    }
+                }
+                (LayerCache::Recurrent(now), LayerCache::Recurrent(t)) => {
+                    let at = snap.as_mut().and_then(|it| it.next()).unwrap_or(now);
+                    t.clone_from(at);
+                }
+                _ => panic!("copying between caches of different models"),
+            }
+        }
+        self.snapshots.retain(|(p, _)| *p <= from);
+        self.snapshots.extend(
+            src.snapshots
+                .iter()
+                .filter(|(p, _)| *p > from && *p <= to)
+                .cloned(),
+        );
+        self.pos = to;
+        to
     }
 }

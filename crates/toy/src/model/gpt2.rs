@@ -76,14 +76,8 @@ impl Block {
             f16_accumulate: f16_attention(t),
         };
         let att = &mut s.att[..t * c];
-        causal_attention(
-            &s.q[..t * c],
-            &sp.cache.k[l],
-            &sp.cache.v[l],
-            shape,
-            pos0,
-            att,
-        );
+        let (kc, vc) = sp.cache.kv(l);
+        causal_attention(&s.q[..t * c], kc, vc, shape, pos0, att);
         let proj = &mut s.proj[..t * c];
         self.attn_output.forward(file, att, t, proj);
         x.iter_mut().zip(proj.iter()).for_each(|(a, b)| *a += b);

@@ -4,11 +4,9 @@
 //! where attn is GQA with RoPE and mlp is SwiGLU. Letters: T tokens in the batch, C width,
 //! H / Hkv heads, D head size, F MLP width, V vocabulary.
 
+use super::parts::{attend_spans, Mlp};
 use super::weights::{embedding_and_head, load_f32, load_f32_opt, Linear, Loader, Weight};
 use super::{Config, ModelError, Span, State};
-use crate::infer::kv_cache::{f16_attention, round_queries};
-use tinynn::kernels::act::swiglu;
-use tinynn::kernels::attention::{causal_attention, AttnShape};
 use tinynn::kernels::norm::{rmsnorm, rmsnorm_inplace};
 use tinynn::kernels::rope::Rope;
 
@@ -23,15 +21,13 @@ pub struct Block {
     attn_k_norm: Option<Vec<f32>>,
     attn_output: Linear,
     ffn_norm: Vec<f32>,
-    ffn_gate: Linear,
-    ffn_up: Linear,
-    ffn_down: Linear,
+    mlp: Mlp,
 }
 
 impl Block {
     pub fn load(f: &Loader, cfg: &Config, i: usize) -> Result<Self, ModelError> {
         let p = |s: &str| format!("blk.{i}.{s}");
-        let (c, q, kv, ff) = (cfg.d_model, cfg.q_dim(), cfg.kv_dim(), cfg.d_ff);
+        let (c, q, kv) = (cfg.d_model, cfg.q_dim(), cfg.kv_dim());
         Ok(Self {
             attn_norm: load_f32(f, &p("attn_norm.weight"), c)?,
             attn_q: Linear::load(f, &p("attn_q"), c, q)?,
@@ -41,9 +37,7 @@ impl Block {
             attn_k_norm: load_f32_opt(f, &p("attn_k_norm.weight"), cfg.head_dim)?,
             attn_output: Linear::load(f, &p("attn_output"), q, c)?,
             ffn_norm: load_f32(f, &p("ffn_norm.weight"), c)?,
-            ffn_gate: Linear::load(f, &p("ffn_gate"), c, ff)?,
-            ffn_up: Linear::load(f, &p("ffn_up"), c, ff)?,
-            ffn_down: Linear::load(f, &p("ffn_down"), ff, c)?,
+            mlp: Mlp::load(f, cfg, i)?,
         })
     }
 
@@ -60,13 +54,7 @@ impl Block {
         spans: &mut [Span],
     ) {
         let t: usize = spans.iter().map(|sp| sp.len).sum();
-        let (c, qd, kvd, ff, d) = (
-            cfg.d_model,
-            cfg.q_dim(),
-            cfg.kv_dim(),
-            cfg.d_ff,
-            cfg.head_dim,
-        );
+        let (c, qd, kvd, ff) = (cfg.d_model, cfg.q_dim(), cfg.kv_dim(), cfg.d_ff);
         let (x, h) = (&mut s.x[..t * c], &mut s.h[..t * c]);
         rmsnorm(x, &self.attn_norm, cfg.norm_eps, h);
         // (T, C) -> (T, H*D), (T, Hkv*D), (T, Hkv*D)
@@ -85,30 +73,7 @@ impl Block {
             rmsnorm_inplace(k, w, cfg.norm_eps);
         }
         let att = &mut s.att[..t * qd];
-        let mut r0 = 0;
-        for sp in spans.iter_mut() {
-            let (n, pos0) = (sp.len, sp.pos0);
-            let rows = |w: usize| r0 * w..(r0 + n) * w;
-            let (q, k, v) = (&mut q[rows(qd)], &mut k[rows(kvd)], &v[rows(kvd)]);
-            for i in 0..n {
-                rope.apply(&mut q[i * qd..(i + 1) * qd], d, pos0 + i);
-                rope.apply(&mut k[i * kvd..(i + 1) * kvd], d, pos0 + i);
-            }
-            sp.cache.store(l, pos0, k, v);
-            if f16_attention(n) {
-                round_queries(q);
-            }
-            let shape = AttnShape {
-                n_head: cfg.n_head,
-                n_kv_head: cfg.n_kv_head,
-                head_dim: d,
-                ctx: sp.cache.ctx,
-                f16_accumulate: f16_attention(n),
-            };
-            let (kc, vc) = (&sp.cache.k[l], &sp.cache.v[l]);
-            causal_attention(q, kc, vc, shape, pos0, &mut att[rows(qd)]);
-            r0 += n;
-        }
+        attend_spans(cfg, rope, l, q, k, v, spans, att);
         // (T, H*D) -> (T, C), added to the residual
         let proj = &mut s.proj[..t * c];
         self.attn_output.forward(file, att, t, proj);
@@ -116,15 +81,7 @@ impl Block {
 
         rmsnorm(x, &self.ffn_norm, cfg.norm_eps, h);
         let (a, b) = (&mut s.ff_a[..t * ff], &mut s.ff_b[..t * ff]);
-        Linear::forward_many(
-            &[&self.ffn_gate, &self.ffn_up],
-            file,
-            h,
-            t,
-            &mut [&mut *a, &mut *b],
-        );
-        swiglu(a, b);
-        self.ffn_down.forward(file, a, t, proj);
+        self.mlp.forward(file, h, t, a, b, proj);
         x.iter_mut().zip(proj.iter()).for_each(|(a, b)| *a += b);
     }
 }

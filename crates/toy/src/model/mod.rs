@@ -6,6 +6,7 @@ mod config;
 mod error;
 pub mod gpt2;
 pub mod llama;
+mod parts;
 mod state;
 pub mod weights;
 
