@@ -5,7 +5,7 @@ use crate::common::open_gguf;
 use anyhow::Result;
 use std::path::PathBuf;
 use toy::gguf::Value;
-use toy::model::{Arch, Config};
+use toy::model::{Arch, Config, LayerKind};
 
 #[derive(clap::Args)]
 pub struct Args {
@@ -38,8 +38,79 @@ fn brief(v: &Value) -> serde_json::Value {
     }
 }
 
+/// Per-sequence state: bytes that do not grow with the context (the recurrent layers'), and
+/// bytes per position (the attention layers' f16 keys and values).
+fn state_bytes(c: &Config) -> (usize, usize) {
+    let n_attn = c
+        .kinds
+        .iter()
+        .filter(|&&k| k == LayerKind::Attention)
+        .count();
+    let per_pos = n_attn * 2 * c.n_kv_head * c.head_dim * 2;
+    let fixed = c.gdn.map_or(0, |g| {
+        let n_gdn = c.n_layer - n_attn;
+        n_gdn * 4 * (g.conv_state_len() + g.ssm_state_len())
+    });
+    (fixed, per_pos)
+}
+
+/// The flow of a hybrid (Qwen3.5) stack: the layer kinds, then each kind's steps.
+fn hybrid_flow(c: &Config) -> Vec<String> {
+    let (d, h, kv, ff, v, hd) = (
+        c.d_model,
+        c.n_head,
+        c.n_kv_head,
+        c.d_ff,
+        c.vocab,
+        c.head_dim,
+    );
+    let kinds: Vec<&str> = c.kinds.iter().map(|k| k.name()).collect();
+    let mut f = vec![
+        format!("token_embd          (T) -> (T, {d})"),
+        format!("{} x blk.i, kinds: [{}]", c.n_layer, kinds.join(", ")),
+        format!("  attn_norm (rmsnorm)  (T, {d}) -> (T, {d})"),
+    ];
+    if let Some(g) = c.gdn {
+        let w = g.conv_channels();
+        let vw = g.value_width();
+        f.push(format!(
+            "  gdn: attn_qkv / attn_gate / ssm_beta / ssm_alpha  (T, {d}) -> (T, {w}) / (T, {vw}) / (T, {}) / (T, {})",
+            g.hv, g.hv
+        ));
+        f.push(format!(
+            "  gdn: ssm_conv1d ({} taps, causal) + silu, l2norm q/k, delta rule ({} key heads, {} value heads, {}x{} state)  -> (T, {vw})",
+            g.kernel, g.hk, g.hv, g.dk, g.dv
+        ));
+        f.push(format!(
+            "  gdn: ssm_norm(o) * silu(z), ssm_out  (T, {vw}) -> (T, {d}), + residual"
+        ));
+    }
+    f.push(format!(
+        "  attn: attn_q (query + gate) / attn_k / attn_v  (T, {d}) -> (T, {}) / (T, {}) / (T, {})",
+        2 * h * hd,
+        kv * hd,
+        kv * hd
+    ));
+    f.push(format!(
+        "  attn: q/k rmsnorm, rope (neox, base {}, {} of {hd} dims), attention ({h} heads, {kv} kv heads) * sigmoid(gate), attn_output  -> (T, {d}), + residual",
+        c.rope_base, c.rope_dim
+    ));
+    f.push(format!(
+        "  post_attention_norm (rmsnorm)  (T, {d}) -> (T, {d})"
+    ));
+    f.push(format!(
+        "  ffn_gate, ffn_up, silu(gate)*up, ffn_down  (T, {d}) -> (T, {ff}) -> (T, {d}), + residual"
+    ));
+    f.push(format!("output_norm (rmsnorm)  (T, {d}) -> (T, {d})"));
+    f.push(format!("output                (T, {d}) -> (T, {v})"));
+    f
+}
+
 /// The data flow through the stack, one line per step, with shapes (T tokens).
 fn flow(c: &Config) -> Vec<String> {
+    if c.arch == Arch::Qwen35 {
+        return hybrid_flow(c);
+    }
     let (d, h, kv, ff, v) = (c.d_model, c.n_head, c.n_kv_head, c.d_ff, c.vocab);
     let hd = c.head_dim;
     let mut f = vec![format!("token_embd          (T) -> (T, {d})")];
@@ -102,9 +173,14 @@ pub fn run(a: Args) -> Result<()> {
             .map(|(k, v)| (k.clone(), brief(v)))
             .collect();
         let tensors: Vec<_> = f.tensors.iter().map(|t| serde_json::json!({"name": t.name, "type": t.ty.name(), "shape": t.dims, "bytes": t.n_bytes()})).collect();
+        let layers = cfg.as_ref().map_or(serde_json::Value::Null, |c| {
+            let kinds: Vec<&str> = c.kinds.iter().map(|k| k.name()).collect();
+            let (fixed, per_pos) = state_bytes(c);
+            serde_json::json!({"kinds": kinds, "state_bytes_fixed": fixed, "state_bytes_per_position": per_pos})
+        });
         println!(
             "{}",
-            serde_json::json!({"version": f.version, "metadata": meta, "tensors": tensors, "parameters": params, "flow": flow_lines})
+            serde_json::json!({"version": f.version, "metadata": meta, "tensors": tensors, "parameters": params, "flow": flow_lines, "layers": layers})
         );
         return Ok(());
     }
@@ -126,7 +202,15 @@ pub fn run(a: Args) -> Result<()> {
     }
     println!("\n== flow");
     match cfg {
-        Ok(_) => flow_lines.iter().for_each(|l| println!("{l}")),
+        Ok(c) => {
+            flow_lines.iter().for_each(|l| println!("{l}"));
+            let (fixed, per_pos) = state_bytes(&c);
+            println!(
+                "\nper-sequence state: {:.1} KiB fixed (recurrent layers) + {per_pos} bytes per position (attention KV, f16); {:.1} MiB at ctx 4096",
+                fixed as f64 / 1024.0,
+                (fixed + 4096 * per_pos) as f64 / (1 << 20) as f64
+            );
+        }
         Err(e) => println!("(not a runnable model: {e})"),
     }
     Ok(())

@@ -1,8 +1,10 @@
 //! Hyperparameters of a model, read from the standard GGUF keys (`{arch}.block_count`,
 //! `{arch}.embedding_length`, ... as llama.cpp's `llama-arch.cpp` names them).
 
+use super::hybrid_config::{gdn_shape, layer_kinds, LayerKind};
 use super::ModelError;
 use crate::gguf::GgufFile;
+use tinynn::layers::gdn::GdnShape;
 
 /// The families this build can run.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -15,9 +17,12 @@ pub enum Arch {
     Qwen3,
     /// GPT-2: LayerNorm, learned positions, fused qkv with bias, GELU.
     Gpt2,
+    /// Qwen3.5: Gated DeltaNet layers beside gated attention layers (3:1), q/k RMSNorm,
+    /// partial neox RoPE, `post_attention_norm` before the MLP.
+    Qwen35,
 }
 
-pub const KNOWN_ARCHS: &str = "llama, qwen2, qwen3, gpt2";
+pub const KNOWN_ARCHS: &str = "llama, qwen2, qwen3, qwen35, gpt2";
 
 impl Arch {
     pub fn from_name(name: &str) -> Result<Self, ModelError> {
@@ -26,6 +31,7 @@ impl Arch {
             "qwen2" => Arch::Qwen2,
             "qwen3" => Arch::Qwen3,
             "gpt2" => Arch::Gpt2,
+            "qwen35" => Arch::Qwen35,
             _ => {
                 return Err(ModelError::UnsupportedArch {
                     arch: name.into(),
@@ -41,6 +47,7 @@ impl Arch {
             Arch::Qwen2 => "qwen2",
             Arch::Qwen3 => "qwen3",
             Arch::Gpt2 => "gpt2",
+            Arch::Qwen35 => "qwen35",
         }
     }
 }
@@ -66,6 +73,10 @@ pub struct Config {
     /// Dims of each head that RoPE turns.
     pub rope_dim: usize,
     pub rope_neox: bool,
+    /// What each layer is: all attention but for hybrids.
+    pub kinds: Vec<LayerKind>,
+    /// The shape of the GDN layers, for hybrids.
+    pub gdn: Option<GdnShape>,
 }
 
 fn req(f: &GgufFile, key: &str) -> Result<usize, ModelError> {
@@ -133,9 +144,27 @@ impl Config {
                 why: format!("{rope_dim} must be even and at most the head size {head_dim}"),
             });
         }
+        // Qwen3.5 may carry multi-token-prediction blocks after the trunk; they are not run
+        let n_layer = req(f, &k("block_count"))?
+            .saturating_sub(f.get_u64(&k("nextn_predict_layers")).unwrap_or(0) as usize);
+        if n_layer == 0 {
+            return Err(ModelError::BadKey {
+                key: k("nextn_predict_layers"),
+                why: "leaves no trunk layers".into(),
+            });
+        }
+        let norm_eps = f.get_f32(&k(eps_key)).unwrap_or(1e-5);
+        let (kinds, gdn) = if arch == Arch::Qwen35 {
+            (
+                layer_kinds(f, name, n_layer)?,
+                Some(gdn_shape(f, name, norm_eps)?),
+            )
+        } else {
+            (vec![LayerKind::Attention; n_layer], None)
+        };
         Ok(Config {
             arch,
-            n_layer: req(f, &k("block_count"))?,
+            n_layer,
             d_model,
             n_head,
             n_kv_head,
@@ -143,10 +172,14 @@ impl Config {
             d_ff: req(f, &k("feed_forward_length"))?,
             vocab,
             ctx_train: req(f, &k("context_length"))?,
-            norm_eps: f.get_f32(&k(eps_key)).unwrap_or(1e-5),
+            norm_eps,
             rope_base: f.get_f32(&k("rope.freq_base")).unwrap_or(10000.0),
             rope_dim,
-            rope_neox: matches!(arch, Arch::Qwen2 | Arch::Qwen3),
+            // Qwen3.5's interleaved M-RoPE turns every section by the same text position:
+            // neox rotation over the first rope_dim dims
+            rope_neox: matches!(arch, Arch::Qwen2 | Arch::Qwen3 | Arch::Qwen35),
+            kinds,
+            gdn,
         })
     }
 
@@ -158,5 +191,22 @@ impl Config {
     /// Width of the concatenated key (or value) heads, Hkv * D.
     pub fn kv_dim(&self) -> usize {
         self.n_kv_head * self.head_dim
+    }
+
+    /// Per layer, the GDN shape of a recurrent layer or `None` for attention (what a
+    /// sequence's cache holds).
+    pub fn cache_layers(&self) -> Vec<Option<GdnShape>> {
+        self.kinds
+            .iter()
+            .map(|k| match k {
+                LayerKind::Gdn => self.gdn,
+                LayerKind::Attention => None,
+            })
+            .collect()
+    }
+
+    /// Whether any layer is recurrent.
+    pub fn is_hybrid(&self) -> bool {
+        self.kinds.contains(&LayerKind::Gdn)
     }
 }

@@ -1,17 +1,20 @@
-//! Model families, loaded from GGUF: the Llama family (Llama, SmolLM2, Qwen2, Qwen3) and
-//! GPT-2. A `Model` holds the memory-mapped file and views into it; all per-sequence data
+//! Model families, loaded from GGUF: the Llama family (Llama, SmolLM2, Qwen2, Qwen3),
+//! GPT-2, and the Qwen3.5 hybrid (Gated DeltaNet and attention layers, chosen per layer). A `Model` holds the memory-mapped file and views into it; all per-sequence data
 //! lives in a `State`, so one model can serve many sequences.
 
 mod config;
 mod error;
 pub mod gpt2;
+mod hybrid_config;
 pub mod llama;
 mod parts;
+pub mod qwen35;
 mod state;
 pub mod weights;
 
 pub use config::{Arch, Config, KNOWN_ARCHS};
 pub use error::ModelError;
+pub use hybrid_config::LayerKind;
 pub use state::{Logits, State};
 
 use crate::gguf::GgufFile;
@@ -30,6 +33,7 @@ pub struct Span<'c> {
 enum Body {
     Llama(llama::Llama),
     Gpt2(gpt2::Gpt2),
+    Qwen35(qwen35::Qwen35),
 }
 
 pub struct Model {
@@ -49,6 +53,7 @@ impl Model {
             let loader = weights::Loader::new(&file);
             match cfg.arch {
                 Arch::Gpt2 => Body::Gpt2(gpt2::Gpt2::load(&loader, &cfg)?),
+                Arch::Qwen35 => Body::Qwen35(qwen35::Qwen35::load(&loader, &cfg)?),
                 _ => Body::Llama(llama::Llama::load(&loader, &cfg)?),
             }
         };
@@ -73,7 +78,7 @@ impl Model {
             Arch::Gpt2 => ctx.min(c.ctx_train),
             _ => ctx,
         };
-        KvCache::new(c.n_layer, c.n_kv_head, c.head_dim, ctx.max(1))
+        KvCache::hybrid(&c.cache_layers(), c.n_kv_head, c.head_dim, ctx.max(1))
     }
 
     /// Feed `tokens` after what `s` holds; return the logits of the last token (V) or of
@@ -108,6 +113,7 @@ impl Model {
         let file = self.file.bytes();
         match &self.body {
             Body::Llama(m) => m.forward_hidden(file, &self.cfg, scratch, tokens, spans),
+            Body::Qwen35(m) => m.forward_hidden(file, &self.cfg, scratch, tokens, spans),
             Body::Gpt2(m) => {
                 // GPT-2 runs one sequence at a time.
                 let mut done = 0;
@@ -150,6 +156,7 @@ impl Model {
             };
             self.hidden_spans(s, chunk, &mut [span]);
             cache.pos += t;
+            cache.after_forward();
             done += t;
             if which == Logits::Last && done < tokens.len() {
                 continue;
@@ -204,7 +211,10 @@ impl Model {
             .collect();
         self.hidden_spans(scratch, tokens, &mut spans);
         drop(spans);
-        caches.iter_mut().for_each(|c| c.pos += 1);
+        caches.iter_mut().for_each(|c| {
+            c.pos += 1;
+            c.after_forward();
+        });
         self.final_norm(scratch, n);
         let (c, v) = (self.cfg.d_model, self.cfg.vocab);
         let s = scratch;
@@ -249,6 +259,7 @@ impl Model {
     fn final_norm(&self, s: &mut State, t: usize) {
         match &self.body {
             Body::Llama(m) => m.final_norm(&self.cfg, s, t),
+            Body::Qwen35(m) => m.final_norm(&self.cfg, s, t),
             Body::Gpt2(m) => m.final_norm(&self.cfg, s, t),
         }
     }
@@ -256,6 +267,7 @@ impl Model {
     fn head(&self) -> &weights::Weight {
         match &self.body {
             Body::Llama(m) => &m.output,
+            Body::Qwen35(m) => &m.output,
             Body::Gpt2(m) => &m.output,
         }
     }

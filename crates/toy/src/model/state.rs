@@ -35,13 +35,30 @@ pub struct State {
     pub ff_b: Vec<f32>,
     /// Logits of the last forward, (V) or (T, V).
     pub logits: Vec<f32>,
+    /// Hybrids: gated attention's joint query and gate (B, 2*H*D), and a GDN layer's
+    /// projections qkv (B, W), z (B, Hv*Dv), b and a (B, Hv) and its output (B, Hv*Dv).
+    pub qg: Vec<f32>,
+    pub gdn_qkv: Vec<f32>,
+    pub gdn_z: Vec<f32>,
+    pub gdn_b: Vec<f32>,
+    pub gdn_a: Vec<f32>,
+    pub gdn_out: Vec<f32>,
+}
+
+/// `n` zeros where `used`, else nothing.
+fn sized(used: bool, n: usize) -> Vec<f32> {
+    if used {
+        vec![0.0; n]
+    } else {
+        Vec::new()
+    }
 }
 
 impl State {
     pub fn new(cfg: &Config, ctx: usize, n_batch: usize) -> Self {
         let b = n_batch.max(1);
         Self {
-            cache: KvCache::new(cfg.n_layer, cfg.n_kv_head, cfg.head_dim, ctx),
+            cache: KvCache::hybrid(&cfg.cache_layers(), cfg.n_kv_head, cfg.head_dim, ctx),
             n_batch: b,
             x: vec![0.0; b * cfg.d_model],
             h: vec![0.0; b * cfg.d_model],
@@ -58,6 +75,21 @@ impl State {
             ff_a: vec![0.0; b * cfg.d_ff],
             ff_b: vec![0.0; b * cfg.d_ff],
             logits: Vec::with_capacity(cfg.vocab),
+            qg: sized(cfg.gdn.is_some(), b * 2 * cfg.q_dim()),
+            gdn_qkv: sized(
+                cfg.gdn.is_some(),
+                b * cfg.gdn.map_or(0, |g| g.conv_channels()),
+            ),
+            gdn_z: sized(
+                cfg.gdn.is_some(),
+                b * cfg.gdn.map_or(0, |g| g.value_width()),
+            ),
+            gdn_b: sized(cfg.gdn.is_some(), b * cfg.gdn.map_or(0, |g| g.hv)),
+            gdn_a: sized(cfg.gdn.is_some(), b * cfg.gdn.map_or(0, |g| g.hv)),
+            gdn_out: sized(
+                cfg.gdn.is_some(),
+                b * cfg.gdn.map_or(0, |g| g.value_width()),
+            ),
         }
     }
 
@@ -68,6 +100,6 @@ impl State {
 
     /// Start a new sequence.
     pub fn reset(&mut self) {
-        self.cache.pos = 0;
+        self.cache.truncate(0);
     }
 }

@@ -1,0 +1,300 @@
+//! Qwen3.5, as llama.cpp 0c1e570 runs its `qwen35` GGUFs (`src/models/qwen35.cpp`): per
+//! layer either a Gated DeltaNet (Yang, Kautz & Hatamizadeh 2024, arXiv 2412.06464) or a
+//! gated softmax attention layer, then a SwiGLU MLP:
+//!   x = x + mixer(rmsnorm(x, attn_norm));  x = x + mlp(rmsnorm(x, post_attention_norm))
+//! Gated attention: `attn_q` gives query and gate interleaved per head ([q (D) | gate (D)]),
+//! q and k are RMS-normalised per head, RoPE turns the first `rope_dim` dims (neox), and the
+//! attention output is multiplied by sigmoid(gate) before `attn_output`. The GDN layer's
+//! projections run here on toy's quantized kernels, its core (conv, delta rule, gated norm)
+//! in `tinynn::layers::gdn`, shared with training. Letters: T tokens in the batch, C width,
+//! H / Hkv heads, D head size, W = 2 Hk Dk + Hv Dv, V vocabulary.
+
+use super::parts::{attend_spans, Mlp};
+use super::weights::{embedding_and_head, load_f32, Linear, Loader, Weight};
+use super::{Config, LayerKind, ModelError, Span, State};
+use tinynn::kernels::norm::{rmsnorm, rmsnorm_inplace};
+use tinynn::kernels::rope::Rope;
+use tinynn::layers::gdn::{self, GdnParams, GdnShape};
+
+/// A gated attention layer's tensors.
+pub struct GatedAttention {
+    attn_q: Linear,
+    attn_k: Linear,
+    attn_v: Linear,
+    attn_q_norm: Vec<f32>,
+    attn_k_norm: Vec<f32>,
+    attn_output: Linear,
+}
+
+/// A Gated DeltaNet layer's tensors: four input projections, the core's parameters, W_out.
+pub struct GdnMixer {
+    attn_qkv: Linear,
+    attn_gate: Linear,
+    ssm_beta: Linear,
+    ssm_alpha: Linear,
+    /// (W, K), GGUF `ssm_conv1d` of ne [K, W].
+    conv_w: Vec<f32>,
+    dt_bias: Vec<f32>,
+    /// -exp(A_log) per value head.
+    ssm_a: Vec<f32>,
+    ssm_norm: Vec<f32>,
+    ssm_out: Linear,
+}
+
+pub enum Mixer {
+    Attention(GatedAttention),
+    Gdn(GdnMixer),
+}
+
+pub struct Block {
+    attn_norm: Vec<f32>,
+    pub mixer: Mixer,
+    post_attention_norm: Vec<f32>,
+    mlp: Mlp,
+}
+
+/// A small f32 tensor that must have exactly `dims` (GGUF order).
+fn load_dims(f: &Loader, name: &str, dims: &[u64]) -> Result<Vec<f32>, ModelError> {
+    let t = f
+        .tensor(name)
+        .ok_or_else(|| ModelError::MissingTensor(name.into()))?;
+    let mut got: Vec<u64> = t.dims.clone();
+    while got.len() > dims.len() && got.last() == Some(&1) {
+        got.pop();
+    }
+    if got != dims {
+        return Err(ModelError::BadShape {
+            name: name.into(),
+            expected: dims.to_vec(),
+            got: t.dims.clone(),
+        });
+    }
+    load_f32(f, name, dims.iter().product::<u64>() as usize)
+}
+
+impl GatedAttention {
+    fn load(f: &Loader, cfg: &Config, i: usize) -> Result<Self, ModelError> {
+        let p = |s: &str| format!("blk.{i}.{s}");
+        let (c, q, kv, d) = (cfg.d_model, cfg.q_dim(), cfg.kv_dim(), cfg.head_dim);
+        Ok(Self {
+            attn_q: Linear::load(f, &p("attn_q"), c, 2 * q)?,
+            attn_k: Linear::load(f, &p("attn_k"), c, kv)?,
+            attn_v: Linear::load(f, &p("attn_v"), c, kv)?,
+            attn_q_norm: load_dims(f, &p("attn_q_norm.weight"), &[d as u64])?,
+            attn_k_norm: load_dims(f, &p("attn_k_norm.weight"), &[d as u64])?,
+            attn_output: Linear::load(f, &p("attn_output"), q, c)?,
+        })
+    }
+
+    /// h (T, C) -> s.proj (T, C).
+    fn forward(
+        &self,
+        file: &[u8],
+        cfg: &Config,
+        rope: &Rope,
+        s: &mut State,
+        l: usize,
+        spans: &mut [Span],
+    ) {
+        let t: usize = spans.iter().map(|sp| sp.len).sum();
+        let (c, qd, kvd, d) = (cfg.d_model, cfg.q_dim(), cfg.kv_dim(), cfg.head_dim);
+        let h = &s.h[..t * c];
+        // (T, C) -> (T, H*2D) query and gate, (T, Hkv*D) keys and values
+        let (qg, k, v) = (
+            &mut s.qg[..2 * t * qd],
+            &mut s.k[..t * kvd],
+            &mut s.v[..t * kvd],
+        );
+        Linear::forward_many(
+            &[&self.attn_q, &self.attn_k, &self.attn_v],
+            file,
+            h,
+            t,
+            &mut [&mut *qg, &mut *k, &mut *v],
+        );
+        // split per head: q to s.q, the gate packed into the front of qg (T, H*D)
+        let q = &mut s.q[..t * qd];
+        for r in 0..t * cfg.n_head {
+            q[r * d..(r + 1) * d].copy_from_slice(&qg[2 * r * d..(2 * r + 1) * d]);
+            qg.copy_within((2 * r + 1) * d..(2 * r + 2) * d, r * d);
+        }
+        rmsnorm_inplace(q, &self.attn_q_norm, cfg.norm_eps);
+        rmsnorm_inplace(k, &self.attn_k_norm, cfg.norm_eps);
+        let att = &mut s.att[..t * qd];
+        attend_spans(cfg, rope, l, q, k, v, spans, att);
+        for (a, g) in att.iter_mut().zip(&qg[..t * qd]) {
+            *a *= 1.0 / (1.0 + (-g).exp());
+        }
+        // (T, H*D) -> (T, C)
+        self.attn_output.forward(file, att, t, &mut s.proj[..t * c]);
+    }
+}
+
+impl GdnMixer {
+    fn load(f: &Loader, cfg: &Config, sh: &GdnShape, i: usize) -> Result<Self, ModelError> {
+        let p = |s: &str| format!("blk.{i}.{s}");
+        let (c, w, vw, hv) = (cfg.d_model, sh.conv_channels(), sh.value_width(), sh.hv);
+        Ok(Self {
+            attn_qkv: Linear::load(f, &p("attn_qkv"), c, w)?,
+            attn_gate: Linear::load(f, &p("attn_gate"), c, vw)?,
+            ssm_beta: Linear::load(f, &p("ssm_beta"), c, hv)?,
+            ssm_alpha: Linear::load(f, &p("ssm_alpha"), c, hv)?,
+            conv_w: load_dims(f, &p("ssm_conv1d.weight"), &[sh.kernel as u64, w as u64])?,
+            dt_bias: load_dims(f, &p("ssm_dt.bias"), &[hv as u64])?,
+            ssm_a: load_dims(f, &p("ssm_a"), &[hv as u64])?,
+            ssm_norm: load_dims(f, &p("ssm_norm.weight"), &[sh.dv as u64])?,
+            ssm_out: Linear::load(f, &p("ssm_out"), vw, c)?,
+        })
+    }
+
+    /// h (T, C) -> s.proj (T, C), each span continuing its cache's recurrent state.
+    fn forward(&self, file: &[u8], cfg: &Config, s: &mut State, l: usize, spans: &mut [Span]) {
+        let t: usize = spans.iter().map(|sp| sp.len).sum();
+        let Some(sh) = cfg.gdn else {
+            return;
+        };
+        let (c, w, vw, hv) = (cfg.d_model, sh.conv_channels(), sh.value_width(), sh.hv);
+        let (qkv, z) = (&mut s.gdn_qkv[..t * w], &mut s.gdn_z[..t * vw]);
+        let (b, a) = (&mut s.gdn_b[..t * hv], &mut s.gdn_a[..t * hv]);
+        // (T, C) -> (T, W), (T, Hv*Dv), (T, Hv), (T, Hv)
+        Linear::forward_many(
+            &[
+                &self.attn_qkv,
+                &self.attn_gate,
+                &self.ssm_beta,
+                &self.ssm_alpha,
+            ],
+            file,
+            &s.h[..t * c],
+            t,
+            &mut [&mut *qkv, &mut *z, &mut *b, &mut *a],
+        );
+        let p = GdnParams {
+            conv_w: &self.conv_w,
+            dt_bias: &self.dt_bias,
+            ssm_a: &self.ssm_a,
+            norm_w: &self.ssm_norm,
+        };
+        let out = &mut s.gdn_out[..t * vw];
+        let mut r0 = 0;
+        for sp in spans.iter_mut() {
+            let rows = |x: usize| r0 * x..(r0 + sp.len) * x;
+            let state = sp.cache.recurrent(l);
+            let (o, zz) = (&mut out[rows(vw)], &z[rows(vw)]);
+            gdn::forward(
+                &sh,
+                p,
+                &qkv[rows(w)],
+                zz,
+                &b[rows(hv)],
+                &a[rows(hv)],
+                state,
+                o,
+            );
+            r0 += sp.len;
+        }
+        // (T, Hv*Dv) -> (T, C)
+        self.ssm_out.forward(file, out, t, &mut s.proj[..t * c]);
+    }
+}
+
+impl Block {
+    pub fn load(f: &Loader, cfg: &Config, i: usize) -> Result<Self, ModelError> {
+        let p = |s: &str| format!("blk.{i}.{s}");
+        let c = cfg.d_model as u64;
+        let mixer = match (cfg.kinds[i], cfg.gdn) {
+            (LayerKind::Gdn, Some(sh)) => Mixer::Gdn(GdnMixer::load(f, cfg, &sh, i)?),
+            _ => Mixer::Attention(GatedAttention::load(f, cfg, i)?),
+        };
+        Ok(Self {
+            attn_norm: load_dims(f, &p("attn_norm.weight"), &[c])?,
+            mixer,
+            post_attention_norm: load_dims(f, &p("post_attention_norm.weight"), &[c])?,
+            mlp: Mlp::load(f, cfg, i)?,
+        })
+    }
+
+    fn forward(
+        &self,
+        file: &[u8],
+        cfg: &Config,
+        rope: &Rope,
+        s: &mut State,
+        l: usize,
+        spans: &mut [Span],
+    ) {
+        let t: usize = spans.iter().map(|sp| sp.len).sum();
+        let (c, ff) = (cfg.d_model, cfg.d_ff);
+        rmsnorm(
+            &s.x[..t * c],
+            &self.attn_norm,
+            cfg.norm_eps,
+            &mut s.h[..t * c],
+        );
+        match &self.mixer {
+            Mixer::Attention(m) => m.forward(file, cfg, rope, s, l, spans),
+            Mixer::Gdn(m) => m.forward(file, cfg, s, l, spans),
+        }
+        let (x, h, proj) = (&mut s.x[..t * c], &mut s.h[..t * c], &mut s.proj[..t * c]);
+        x.iter_mut().zip(proj.iter()).for_each(|(a, b)| *a += b);
+        rmsnorm(x, &self.post_attention_norm, cfg.norm_eps, h);
+        let (a, b) = (&mut s.ff_a[..t * ff], &mut s.ff_b[..t * ff]);
+        self.mlp.forward(file, h, t, a, b, proj);
+        x.iter_mut().zip(proj.iter()).for_each(|(a, b)| *a += b);
+    }
+}
+
+/// A Qwen3.5 model: embedding, hybrid blocks, final norm and head.
+pub struct Qwen35 {
+    pub token_embd: Weight,
+    pub blocks: Vec<Block>,
+    pub output_norm: Vec<f32>,
+    /// `output.weight`, or the embedding when tied.
+    pub output: Weight,
+    pub rope: Rope,
+}
+
+impl Qwen35 {
+    pub fn load(f: &Loader, cfg: &Config) -> Result<Self, ModelError> {
+        let (token_embd, output) = embedding_and_head(f, cfg)?;
+        Ok(Self {
+            blocks: (0..cfg.n_layer)
+                .map(|i| Block::load(f, cfg, i))
+                .collect::<Result<_, _>>()?,
+            output_norm: load_dims(f, "output_norm.weight", &[cfg.d_model as u64])?,
+            rope: Rope::new(cfg.rope_dim, cfg.rope_base, true, None),
+            token_embd,
+            output,
+        })
+    }
+
+    /// tokens (T), laid out as `spans` say -> s.x (T, C) of the final residual stream.
+    pub fn forward_hidden(
+        &self,
+        file: &[u8],
+        cfg: &Config,
+        s: &mut State,
+        tokens: &[u32],
+        spans: &mut [Span],
+    ) {
+        let c = cfg.d_model;
+        let emb = self.token_embd.qmat(file);
+        for (i, &id) in tokens.iter().enumerate() {
+            emb.dequantize_row(id as usize, &mut s.x[i * c..(i + 1) * c]);
+        }
+        for (l, b) in self.blocks.iter().enumerate() {
+            b.forward(file, cfg, &self.rope, s, l, spans);
+        }
+    }
+
+    /// Final norm (T, C) of s.x into s.h.
+    pub fn final_norm(&self, cfg: &Config, s: &mut State, t: usize) {
+        let c = cfg.d_model;
+        rmsnorm(
+            &s.x[..t * c],
+            &self.output_norm,
+            cfg.norm_eps,
+            &mut s.h[..t * c],
+        );
+    }
+}
