@@ -6,7 +6,7 @@
 
 use super::synthetic::{load, Rng};
 use tinynn::quant::{quantize, GgmlType};
-use toy::gguf::{GgufWriter, Value, ValueType};
+use toy::gguf::{GgufFile, GgufWriter, Value, ValueType};
 use toy::model::{Model, ModelError};
 
 #[derive(Clone, Debug)]
@@ -105,7 +105,28 @@ pub fn gguf_with(
     ty: GgmlType,
     drop: &[&str],
 ) -> Vec<u8> {
+    gguf_full(s, tensors, ty, drop, None)
+}
+
+/// A runnable chat model: `s` with random weights and the tokenizer and chat template of
+/// `vocab_from` (its `tokenizer.*` keys); `s.vocab` must be that tokenizer's size.
+pub fn chat_gguf(s: &HybridSpec, vocab_from: &GgufFile, ty: GgmlType) -> Vec<u8> {
+    gguf_full(s, &tensors(s, 0x5eed), ty, &[], Some(vocab_from))
+}
+
+fn gguf_full(
+    s: &HybridSpec,
+    tensors: &[(String, Vec<u64>, Vec<f32>)],
+    ty: GgmlType,
+    drop: &[&str],
+    vocab_from: Option<&GgufFile>,
+) -> Vec<u8> {
     let mut w = GgufWriter::new();
+    for (k, v) in vocab_from.iter().flat_map(|f| f.metadata.iter()) {
+        if k.starts_with("tokenizer.") {
+            w.add_metadata(k.clone(), v.clone());
+        }
+    }
     let a = "qwen35";
     w.add_metadata("general.architecture", Value::String(a.into()));
     for (k, v) in [
