@@ -1,6 +1,6 @@
 //! `toy bench`: prefill and decode speed in the manner of llama-bench (pp512 / tg128):
-//! prefill is one batched forward of `-p` tokens, decode is `-n` single-token steps from an
-//! empty cache; each is repeated `-r` times and reported as mean ± sd tokens/s, with the
+//! prefill is one batched forward of `-p` tokens, decode is `-n` single-token steps, from an
+//! empty cache or one already holding `-d` tokens (llama-bench's depth); each is repeated `-r` times and reported as mean ± sd tokens/s, with the
 //! peak resident memory and the kernels this CPU dispatched to.
 
 use crate::common::{load, ModelArgs};
@@ -22,6 +22,10 @@ pub struct Args {
     /// Repetitions of each test.
     #[arg(short = 'r', long, default_value_t = 5)]
     reps: usize,
+    /// Context already in the cache when each test starts (llama-bench's `-d`): filled
+    /// with this many tokens, untimed, before every prefill and decode run.
+    #[arg(short = 'd', long, default_value_t = 0)]
+    depth: usize,
     #[arg(long)]
     json: bool,
 }
@@ -79,17 +83,29 @@ pub fn run(a: Args) -> Result<()> {
     }
     let (model, _tok) = load(&a.model)?;
     let vocab = model.cfg.vocab as u32;
-    let ctx = a.n_prompt.max(a.n_gen + 1);
-    let mut state = model.new_state(ctx, a.n_prompt.max(1));
+    let ctx = a.depth + a.n_prompt.max(a.n_gen + 1);
+    let mut state = model.new_state(ctx, a.n_prompt.max(1).max(a.depth.min(512)));
     // Deterministic pseudo-random tokens, as llama-bench feeds random ids.
-    let prompt: Vec<u32> = (0..a.n_prompt as u32)
-        .map(|i| (i.wrapping_mul(2654435761) >> 7) % vocab)
-        .collect();
+    let ids = |n: usize, salt: u32| -> Vec<u32> {
+        (0..n as u32)
+            .map(|i| (i.wrapping_add(salt).wrapping_mul(2654435761) >> 7) % vocab)
+            .collect()
+    };
+    let prompt = ids(a.n_prompt, 0);
+    let context = ids(a.depth, 7919);
+    // the cache at depth `a.depth`, untimed
+    let fill = |state: &mut toy::model::State| -> Result<()> {
+        state.reset();
+        if !context.is_empty() {
+            model.forward(state, &context, Logits::Last)?;
+        }
+        Ok(())
+    };
     let (mut pp, mut tg) = (Vec::new(), Vec::new());
     // One warm-up run of each (page in the weights), as llama-bench does.
     for rep in 0..=a.reps {
         if a.n_prompt > 0 {
-            state.reset();
+            fill(&mut state)?;
             let t = Instant::now();
             model.forward(&mut state, &prompt, Logits::Last)?;
             if rep > 0 {
@@ -97,7 +113,7 @@ pub fn run(a: Args) -> Result<()> {
             }
         }
         if a.n_gen > 0 {
-            state.reset();
+            fill(&mut state)?;
             let mut id = prompt.first().copied().unwrap_or(1);
             let mut pool = tinynn::pool::Adaptive::new();
             let t = Instant::now();
@@ -121,7 +137,7 @@ pub fn run(a: Args) -> Result<()> {
             "{}",
             serde_json::json!({
                 "model": a.model.model.display().to_string(),
-                "n_prompt": a.n_prompt, "n_gen": a.n_gen, "reps": a.reps,
+                "n_prompt": a.n_prompt, "n_gen": a.n_gen, "reps": a.reps, "depth": a.depth,
                 "prefill_tok_s": {"mean": ppm, "sd": pps},
                 "decode_tok_s": {"mean": tgm, "sd": tgs},
                 "peak_rss_mib": rss,
@@ -135,11 +151,16 @@ pub fn run(a: Args) -> Result<()> {
             rayon::current_num_threads(),
             simd_level()
         );
+        let at = if a.depth > 0 {
+            format!(" @ d{}", a.depth)
+        } else {
+            String::new()
+        };
         if a.n_prompt > 0 {
-            println!("pp{:<5} {:>9.1} ± {:.1} tok/s", a.n_prompt, ppm, pps);
+            println!("pp{:<5}{at} {:>9.1} ± {:.1} tok/s", a.n_prompt, ppm, pps);
         }
         if a.n_gen > 0 {
-            println!("tg{:<5} {:>9.1} ± {:.1} tok/s", a.n_gen, tgm, tgs);
+            println!("tg{:<5}{at} {:>9.1} ± {:.1} tok/s", a.n_gen, tgm, tgs);
         }
         println!("peak RSS {:.1} MiB", rss.unwrap_or(f64::NAN));
         if let Some(m) = kernels["matrices"].as_object() {

@@ -492,3 +492,22 @@ fn malformed_logit_bias_is_rejected() {
         );
     }
 }
+
+/// `toy bench -d`: the tests start from a cache already holding that context (llama-bench's
+/// depth), so a decode at depth reads a longer cache than one from empty.
+#[test]
+fn bench_runs_at_a_depth_and_says_so() {
+    let m = model();
+    let v: serde_json::Value = serde_json::from_str(&toy_ok(&[
+        "bench", "-m", &m, "-p", "8", "-n", "4", "-r", "1", "-d", "300", "--json",
+    ]))
+    .expect("json");
+    assert_eq!(v["depth"], 300);
+    for k in ["prefill_tok_s", "decode_tok_s"] {
+        assert!(v[k]["mean"].as_f64().unwrap() > 0.0, "{k}: {v}");
+    }
+    let text = toy_ok(&[
+        "bench", "-m", &m, "-p", "8", "-n", "4", "-r", "1", "-d", "100",
+    ]);
+    assert!(text.contains("tg4     @ d100"), "{text}");
+}
