@@ -3,7 +3,8 @@
 # everything once (scripts/build.sh: the test executables and target/release/toy with one
 # feature set), then run the whole workspace's tests in release mode (the model tests need
 # optimised code), the kernels again through their portable paths, the official openai
-# client against a live server, and the page in headless Chromium.
+# client against a live server, the page in headless Chromium, and the qwen35 hybrid
+# against transformers.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/fetch-model.sh
@@ -15,3 +16,5 @@ TOY_FORCE_SCALAR=1 "$(bash scripts/build.sh --test-bin tinynn)"
 # the server against the official openai Python client, and its page in headless Chromium
 bash scripts/serve-openai-test.sh
 bash scripts/browser-test.sh
+# Qwen3.5 hybrids against transformers (a random tiny model converted by llama.cpp's converter)
+bash scripts/qwen35-test.sh
