@@ -4,7 +4,7 @@
 //! where attn is GQA with RoPE and mlp is SwiGLU. Letters: T tokens in the batch, C width,
 //! H / Hkv heads, D head size, F MLP width, V vocabulary.
 
-use super::parts::{attend_spans, Mlp};
+use super::parts::{attend_spans, embed_rows, final_rmsnorm, Mlp};
 use super::weights::{embedding_and_head, load_f32, load_f32_opt, Linear, Loader, Weight};
 use super::{Config, ModelError, Span, State};
 use tinynn::kernels::norm::{rmsnorm, rmsnorm_inplace};
@@ -125,11 +125,7 @@ impl Llama {
         tokens: &[u32],
         spans: &mut [Span],
     ) {
-        let c = cfg.d_model;
-        let emb = self.token_embd.qmat(file);
-        for (i, &id) in tokens.iter().enumerate() {
-            emb.dequantize_row(id as usize, &mut s.x[i * c..(i + 1) * c]);
-        }
+        embed_rows(file, &self.token_embd, cfg.d_model, tokens, &mut s.x);
         for (l, b) in self.blocks.iter().enumerate() {
             b.forward(file, cfg, &self.rope, s, l, spans);
         }
@@ -137,12 +133,6 @@ impl Llama {
 
     /// Final norm (T, C) of s.x into s.h.
     pub fn final_norm(&self, cfg: &Config, s: &mut State, t: usize) {
-        let c = cfg.d_model;
-        rmsnorm(
-            &s.x[..t * c],
-            &self.output_norm,
-            cfg.norm_eps,
-            &mut s.h[..t * c],
-        );
+        final_rmsnorm(cfg, &self.output_norm, s, t);
     }
 }

@@ -3,11 +3,12 @@
 //! a batch (RoPE, the KV cache, llama.cpp's two attention regimes). Letters: T tokens in the
 //! batch, C width, H / Hkv heads, D head size, F MLP width.
 
-use super::weights::{Linear, Loader};
-use super::{Config, ModelError, Span};
+use super::weights::{Linear, Loader, Weight};
+use super::{Config, ModelError, Span, State};
 use crate::infer::kv_cache::{f16_attention, round_queries};
 use tinynn::kernels::act::swiglu;
 use tinynn::kernels::attention::{causal_attention, AttnShape};
+use tinynn::kernels::norm::rmsnorm;
 use tinynn::kernels::rope::Rope;
 
 /// `ffn_down(silu(ffn_gate x) * ffn_up x)`.
@@ -89,4 +90,18 @@ pub fn attend_spans(
         causal_attention(q, kc, vc, shape, pos0, &mut out[rows(qd)]);
         r0 += n;
     }
+}
+
+/// tokens (T) -> x (T, C): their rows of the embedding `w`, dequantized.
+pub fn embed_rows(file: &[u8], w: &Weight, c: usize, tokens: &[u32], x: &mut [f32]) {
+    let emb = w.qmat(file);
+    for (i, &id) in tokens.iter().enumerate() {
+        emb.dequantize_row(id as usize, &mut x[i * c..(i + 1) * c]);
+    }
+}
+
+/// The final RMSNorm (T, C) of s.x into s.h.
+pub fn final_rmsnorm(cfg: &Config, w: &[f32], s: &mut State, t: usize) {
+    let c = cfg.d_model;
+    rmsnorm(&s.x[..t * c], w, cfg.norm_eps, &mut s.h[..t * c]);
 }

@@ -9,7 +9,7 @@
 //! in `tinynn::layers::gdn`, shared with training. Letters: T tokens in the batch, C width,
 //! H / Hkv heads, D head size, W = 2 Hk Dk + Hv Dv, V vocabulary.
 
-use super::parts::{attend_spans, Mlp};
+use super::parts::{attend_spans, embed_rows, final_rmsnorm, Mlp};
 use super::weights::{embedding_and_head, load_f32, Linear, Loader, Weight};
 use super::{Config, LayerKind, ModelError, Span, State};
 use tinynn::kernels::norm::{rmsnorm, rmsnorm_inplace};
@@ -277,11 +277,7 @@ impl Qwen35 {
         tokens: &[u32],
         spans: &mut [Span],
     ) {
-        let c = cfg.d_model;
-        let emb = self.token_embd.qmat(file);
-        for (i, &id) in tokens.iter().enumerate() {
-            emb.dequantize_row(id as usize, &mut s.x[i * c..(i + 1) * c]);
-        }
+        embed_rows(file, &self.token_embd, cfg.d_model, tokens, &mut s.x);
         for (l, b) in self.blocks.iter().enumerate() {
             b.forward(file, cfg, &self.rope, s, l, spans);
         }
@@ -289,12 +285,6 @@ impl Qwen35 {
 
     /// Final norm (T, C) of s.x into s.h.
     pub fn final_norm(&self, cfg: &Config, s: &mut State, t: usize) {
-        let c = cfg.d_model;
-        rmsnorm(
-            &s.x[..t * c],
-            &self.output_norm,
-            cfg.norm_eps,
-            &mut s.h[..t * c],
-        );
+        final_rmsnorm(cfg, &self.output_norm, s, t);
     }
 }
