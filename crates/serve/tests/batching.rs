@@ -41,23 +41,8 @@ async fn concurrent_greedy_requests_equal_lone_requests() {
         lone.push(text(&v));
     }
     // every prompt twice at once: 8 sequences on 4 slots, some waiting, some streamed
-    let s = &s;
-    let runs = (0..8).map(|i| async move {
-        let body = chat(PROMPTS[i % 4], 24);
-        if i % 3 == 0 {
-            let mut b = body;
-            b["stream"] = json!(true);
-            let (chunks, done) = stream(s, "/v1/chat/completions", &b).await;
-            assert!(done);
-            chunks
-                .iter()
-                .filter_map(|c| c["choices"][0]["delta"]["content"].as_str())
-                .collect::<String>()
-        } else {
-            text(&post(s, "/v1/chat/completions", &body).await.1)
-        }
-    });
-    let together = futures_util::future::join_all(runs).await;
+    let bodies = (0..8).map(|i| chat(PROMPTS[i % 4], 24)).collect();
+    let together = concurrent_texts(&s, bodies, |i| i % 3 == 0).await;
     for (i, t) in together.iter().enumerate() {
         if exact_kernels() {
             assert_eq!(
@@ -70,7 +55,7 @@ async fn concurrent_greedy_requests_equal_lone_requests() {
             assert!(!t.is_empty(), "request {i} gave no text");
         }
     }
-    assert!(metric(s, "toy_cached_prompt_tokens_total").await > 0.0);
+    assert!(metric(&s, "toy_cached_prompt_tokens_total").await > 0.0);
 }
 
 #[tokio::test]

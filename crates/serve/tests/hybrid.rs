@@ -70,22 +70,8 @@ async fn eight_concurrent_hybrid_streams_equal_each_one_alone() {
         lone.iter().any(|t| !t.is_empty()),
         "the model says something"
     );
-    let s = &s;
-    let runs = (0..8).map(|i| async move {
-        let mut body = chat(PROMPTS[i], 24);
-        if i % 2 == 0 {
-            body["stream"] = json!(true);
-            let (chunks, done) = stream(s, "/v1/chat/completions", &body).await;
-            assert!(done);
-            chunks
-                .iter()
-                .filter_map(|c| c["choices"][0]["delta"]["content"].as_str())
-                .collect::<String>()
-        } else {
-            text(&post(s, "/v1/chat/completions", &body).await.1)
-        }
-    });
-    let together = futures_util::future::join_all(runs).await;
+    let bodies = PROMPTS.iter().map(|p| chat(p, 24)).collect();
+    let together = concurrent_texts(&s, bodies, |i| i % 2 == 0).await;
     for (i, t) in together.iter().enumerate() {
         if exact_kernels() {
             assert_eq!(t, &lone[i], "request {i} under batching differs from alone");

@@ -195,3 +195,34 @@ pub fn chat(content: &str, max_tokens: usize) -> Value {
         "temperature": 0,
     })
 }
+
+/// The text of each chat request's first choice, all sent at once; request i streams when
+/// `stream(i)` (its deltas joined).
+pub async fn concurrent_texts(
+    s: &Server,
+    bodies: Vec<Value>,
+    stream_if: impl Fn(usize) -> bool,
+) -> Vec<String> {
+    let runs = bodies.into_iter().enumerate().map(|(i, mut body)| {
+        let streamed = stream_if(i);
+        async move {
+            if streamed {
+                body["stream"] = serde_json::json!(true);
+                let (chunks, done) = stream(s, "/v1/chat/completions", &body).await;
+                assert!(done, "request {i}: the stream ended with [DONE]");
+                chunks
+                    .iter()
+                    .filter_map(|c| c["choices"][0]["delta"]["content"].as_str())
+                    .collect::<String>()
+            } else {
+                let (st, v) = post(s, "/v1/chat/completions", &body).await;
+                assert_eq!(st, 200, "request {i}: {v}");
+                v["choices"][0]["message"]["content"]
+                    .as_str()
+                    .expect("content")
+                    .to_string()
+            }
+        }
+    });
+    futures_util::future::join_all(runs).await
+}
