@@ -158,6 +158,13 @@ fn gguf_full(
         Value::F32(1e-6),
     );
     w.add_metadata(format!("{a}.rope.freq_base"), Value::F32(10000.0));
+    // llama.cpp requires M-RoPE sections (summing to rope_dim / 2); text turns them alike
+    let half = s.rope_dim as i32 / 2;
+    let sections = [half - 2 * (half / 3), half / 3, half / 3, 0];
+    w.add_metadata(
+        format!("{a}.rope.dimension_sections"),
+        Value::Array(ValueType::I32, sections.map(Value::I32).to_vec()),
+    );
     for (name, dims, data) in tensors {
         if drop.contains(&name.as_str()) {
             continue;
