@@ -84,8 +84,12 @@ pub fn quantize_model(src: &GgufFile, ty: GgmlType) -> Result<GgufWriter<'_>, Qu
         .tensors
         .par_iter()
         .map(|t| {
-            let is_matrix =
-                t.name.ends_with(".weight") && t.dims.len() == 2 && can_dequantize(t.ty);
+            // a GDN layer's conv taps stay as stored, as llama.cpp keeps them: its ssm_conv
+            // reads them as f32
+            let is_matrix = t.name.ends_with(".weight")
+                && !t.name.ends_with(".ssm_conv1d.weight")
+                && t.dims.len() == 2
+                && can_dequantize(t.ty);
             let target = fallback(ty, t.dims[0]);
             if !is_matrix || target == t.ty || !can_quantize(target) {
                 return Ok((t.ty, None));

@@ -223,3 +223,36 @@ fn bad_hybrid_files_say_what_is_wrong() {
         Ok(_) => panic!("3 key heads for 4 value heads loaded"),
     }
 }
+
+#[test]
+fn quantizing_a_hybrid_keeps_the_conv_taps_as_stored_and_stays_close() {
+    let s = tiny();
+    let f32_file =
+        toy::gguf::GgufFile::from_bytes(gguf_with(&s, &tensors(&s, 2), GgmlType::F32, &[]))
+            .expect("gguf");
+    let mut out = Vec::new();
+    toy::quantize::quantize_model(&f32_file, GgmlType::Q8_0)
+        .expect("quantize")
+        .write_to(&mut out)
+        .expect("write");
+    let q = toy::gguf::GgufFile::from_bytes(out.clone()).expect("quantized gguf");
+    for t in &q.tensors {
+        let want = if t.name.ends_with("ssm_conv1d.weight") || t.dims.len() == 1 {
+            GgmlType::F32
+        } else {
+            GgmlType::Q8_0
+        };
+        assert_eq!(t.ty, want, "{}", t.name);
+    }
+    // the first position (no recurrence yet) near the f32 model's: 8-bit weights and
+    // activations; later positions wander further in a random 8-layer net
+    let toks = tokens(1, 64, 4);
+    let f32_model = synthetic::load(gguf_with(&s, &tensors(&s, 2), GgmlType::F32, &[])).unwrap();
+    let a = all_logits(&f32_model, &toks);
+    let b = all_logits(&synthetic::load(out).unwrap(), &toks);
+    let d = max_diff(&b, &a);
+    assert!(
+        d < 0.1,
+        "Q8_0 hybrid vs f32 at the first position: relative {d}"
+    );
+}
