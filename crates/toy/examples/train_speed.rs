@@ -27,6 +27,7 @@ fn config(name: &str, arch: TrainArch) -> (ModelConfig, usize) {
         rope_base: 10000.0,
         depth_scale: false,
         tied: true,
+        hybrid: None,
     };
     (cfg, batch)
 }

@@ -25,7 +25,9 @@ pub(crate) enum Norm {
 impl Norm {
     pub fn new(cfg: &ModelConfig) -> Self {
         match cfg.arch {
-            TrainArch::Llama => Norm::Rms(RmsNorm::new(cfg.d_model, cfg.norm_eps)),
+            TrainArch::Llama | TrainArch::Qwen35 => {
+                Norm::Rms(RmsNorm::new(cfg.d_model, cfg.norm_eps))
+            }
             TrainArch::Gpt2 => Norm::Layer(LayerNorm::new(cfg.d_model, cfg.norm_eps)),
         }
     }
@@ -273,7 +275,7 @@ impl Block {
             false,
         );
         match self.arch {
-            TrainArch::Llama => swiglu_forward(&a.ff, &mut a.act, n, f),
+            TrainArch::Llama | TrainArch::Qwen35 => swiglu_forward(&a.ff, &mut a.act, n, f),
             TrainArch::Gpt2 => gelu_forward(&a.ff[..n * f], &mut a.act[..n * f]),
         }
         out[..n * c].copy_from_slice(&a.xm[..n * c]);
@@ -313,7 +315,9 @@ impl Block {
             n,
         );
         match self.arch {
-            TrainArch::Llama => swiglu_backward(&s.dact, &a.ff, &mut s.dff, n, f),
+            TrainArch::Llama | TrainArch::Qwen35 => {
+                swiglu_backward(&s.dact, &a.ff, &mut s.dff, n, f)
+            }
             TrainArch::Gpt2 => gelu_backward(&s.dact[..n * f], &a.ff[..n * f], &mut s.dff[..n * f]),
         }
         let (dw, db) = grad2(g, &r.ffn_up, &r.ffn_up_b);

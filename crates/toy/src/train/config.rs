@@ -2,6 +2,8 @@
 
 use serde::{Deserialize, Serialize};
 
+pub use super::hybrid_config::{HybridConfig, MixerKind};
+
 /// The model families training supports.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
@@ -10,6 +12,9 @@ pub enum TrainArch {
     Llama,
     /// LayerNorm, learned positions, fused qkv, GELU, biases everywhere, tied head.
     Gpt2,
+    /// Qwen3.5's hybrid: per layer a Gated DeltaNet or a gated softmax attention (q/k
+    /// RMSNorm, partial neox RoPE), SwiGLU MLP, RMSNorm, no biases (llama.cpp `qwen35`).
+    Qwen35,
 }
 
 impl TrainArch {
@@ -18,6 +23,7 @@ impl TrainArch {
         match self {
             TrainArch::Llama => "llama",
             TrainArch::Gpt2 => "gpt2",
+            TrainArch::Qwen35 => "qwen35",
         }
     }
 }
@@ -38,6 +44,9 @@ pub struct ModelConfig {
     pub depth_scale: bool,
     /// Output head shares the token embedding (llama); gpt2 always ties.
     pub tied: bool,
+    /// qwen35 only: the layer kinds and the mixers' shapes.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub hybrid: Option<HybridConfig>,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -51,12 +60,15 @@ pub enum TrainError {
 }
 
 /// Largest size of any one dimension we accept (bounds every allocation from a config).
-const MAX_DIM: usize = 1 << 20;
+pub(crate) const MAX_DIM: usize = 1 << 20;
 
 impl ModelConfig {
-    /// Head size D.
+    /// Head size D (a hybrid's own, else d_model / n_head).
     pub fn head_dim(&self) -> usize {
-        self.d_model / self.n_head.max(1)
+        match &self.hybrid {
+            Some(h) => h.head_dim,
+            None => self.d_model / self.n_head.max(1),
+        }
     }
 
     /// Whether the output head is the token embedding.
@@ -80,7 +92,17 @@ impl ModelConfig {
                 return bad(format!("{name} = {v}, expected 1..={MAX_DIM}"));
             }
         }
-        if !self.d_model.is_multiple_of(self.n_head) {
+        match (&self.hybrid, self.arch) {
+            (Some(h), TrainArch::Qwen35) => h.validate(self.n_layer)?,
+            (None, TrainArch::Qwen35) => {
+                return bad("qwen35 needs the layer kinds and mixer shapes".into())
+            }
+            (Some(_), arch) => {
+                return bad(format!("{} has no hybrid layers", arch.name()));
+            }
+            (None, _) => {}
+        }
+        if self.hybrid.is_none() && !self.d_model.is_multiple_of(self.n_head) {
             return bad(format!(
                 "n_head {} does not divide d_model {}",
                 self.n_head, self.d_model
@@ -100,7 +122,7 @@ impl ModelConfig {
             ));
         }
         match self.arch {
-            TrainArch::Llama if !d.is_multiple_of(2) => {
+            TrainArch::Llama | TrainArch::Qwen35 if !d.is_multiple_of(2) => {
                 bad(format!("head size {d} must be even for RoPE"))
             }
             TrainArch::Gpt2 if self.n_kv_head != self.n_head => bad(format!(

@@ -6,13 +6,19 @@
 //! arXiv 2502.05795) has no GGUF key, so it is folded into the norms: for block l the
 //! attn_norm / ffn_norm weight (and LayerNorm bias) are multiplied by 1/sqrt(l+1), which
 //! gives the same function exactly in real arithmetic.
+//!
+//! A qwen35 hybrid is written as llama.cpp's `qwen35` (docs/qwen35.md, `src/models/qwen35.cpp`):
+//! the `ssm.*` shape keys, `attention.recurrent_layers`, `key_length` / `value_length`, the
+//! partial `rope.dimension_count` and the `rope.dimension_sections` llama.cpp requires; the
+//! trained A_log goes out as `ssm_a` = -exp(A_log); depth scaling folds into attn_norm and
+//! post_attention_norm.
 
 use std::path::Path;
 
 use tinynn::quant::GgmlType;
 
-use super::{ModelConfig, TrainArch, TrainModel};
-use crate::gguf::{GgufError, GgufWriter, Value};
+use super::{HybridConfig, MixerKind, ModelConfig, TrainArch, TrainModel};
+use crate::gguf::{GgufError, GgufWriter, Value, ValueType};
 use crate::tokenizer::TokenizerSpec;
 
 /// The factor folded into tensor `name` for depth scaling (1 when none applies).
@@ -28,7 +34,11 @@ pub fn depth_factor(cfg: &ModelConfig, name: &str) -> f32 {
     };
     let folded = matches!(
         tensor,
-        "attn_norm.weight" | "attn_norm.bias" | "ffn_norm.weight" | "ffn_norm.bias"
+        "attn_norm.weight"
+            | "attn_norm.bias"
+            | "ffn_norm.weight"
+            | "ffn_norm.bias"
+            | "post_attention_norm.weight"
     );
     match (folded, layer.parse::<usize>()) {
         (true, Ok(l)) => tinynn::layers::depth_scale(l),
@@ -69,20 +79,78 @@ pub fn to_gguf(
         TrainArch::Gpt2 => {
             w.add_metadata(k("attention.layer_norm_epsilon"), Value::F32(cfg.norm_eps));
         }
+        TrainArch::Qwen35 => {
+            w.add_metadata(k("attention.head_count_kv"), u32v(cfg.n_kv_head));
+            w.add_metadata(
+                k("attention.layer_norm_rms_epsilon"),
+                Value::F32(cfg.norm_eps),
+            );
+            w.add_metadata(k("rope.freq_base"), Value::F32(cfg.rope_base));
+            w.add_metadata(k("vocab_size"), u32v(cfg.vocab));
+            if let Some(h) = &cfg.hybrid {
+                qwen35_metadata(&mut w, h);
+            }
+        }
     }
     for (key, v) in tokenizer {
         w.add_metadata(key.clone(), v.clone());
     }
     for p in model.params_info() {
         let f = depth_factor(cfg, &p.name);
+        // a hybrid trains A_log under the name of the ssm_a = -exp(A_log) the GGUF stores
+        let a_log = cfg.arch == TrainArch::Qwen35 && p.name.ends_with(".ssm_a");
         let mut bytes = Vec::with_capacity(4 * p.range.len());
         for &x in &model.params[p.range.clone()] {
-            let x = if f == 1.0 { x } else { x * f };
+            let x = match (a_log, f == 1.0) {
+                (true, _) => -x.exp(),
+                (false, true) => x,
+                (false, false) => x * f,
+            };
             bytes.extend_from_slice(&x.to_le_bytes());
         }
         w.add_tensor(p.name.clone(), p.dims.clone(), GgmlType::F32, bytes)?;
     }
     Ok(w)
+}
+
+/// The `qwen35.*` keys of the hybrid shape `h`.
+fn qwen35_metadata(w: &mut GgufWriter<'static>, h: &HybridConfig) {
+    let k = |s: &str| format!("qwen35.{s}");
+    let u32v = |x: usize| Value::U32(x as u32);
+    w.add_metadata(k("attention.key_length"), u32v(h.head_dim));
+    w.add_metadata(k("attention.value_length"), u32v(h.head_dim));
+    w.add_metadata(k("rope.dimension_count"), u32v(h.rope_dim));
+    // M-RoPE sections over the rope_dim / 2 pairs, split as Qwen's [11, 11, 10, 0] splits 32;
+    // for text the three position streams are equal, so any split is plain neox
+    let pairs = h.rope_dim / 2;
+    let s0 = pairs.div_ceil(3);
+    let s1 = s0.min(pairs - s0);
+    let sections = [s0, s1, pairs - s0 - s1, 0];
+    let sections = sections.iter().map(|&x| Value::I32(x as i32)).collect();
+    w.add_metadata(
+        k("rope.dimension_sections"),
+        Value::Array(ValueType::I32, sections),
+    );
+    w.add_metadata(k("ssm.conv_kernel"), u32v(h.conv_kernel));
+    w.add_metadata(k("ssm.state_size"), u32v(h.gdn_key_dim));
+    w.add_metadata(k("ssm.group_count"), u32v(h.gdn_key_heads));
+    w.add_metadata(k("ssm.time_step_rank"), u32v(h.gdn_value_heads));
+    w.add_metadata(
+        k("ssm.inner_size"),
+        u32v(h.gdn_value_heads * h.gdn_value_dim),
+    );
+    let rec = h
+        .layers
+        .iter()
+        .map(|&m| Value::Bool(m == MixerKind::Gdn))
+        .collect();
+    w.add_metadata(
+        k("attention.recurrent_layers"),
+        Value::Array(ValueType::Bool, rec),
+    );
+    if let Some(every) = h.interval() {
+        w.add_metadata(k("full_attention_interval"), u32v(every));
+    }
 }
 
 /// Writes `model` to `path` atomically (see [`GgufWriter::write_file`]).

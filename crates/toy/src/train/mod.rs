@@ -1,13 +1,19 @@
-//! Training from scratch: a trainable Llama / GPT-2 transformer on tinynn's layers (forward
+//! Training from scratch: a trainable Llama / GPT-2 transformer or Qwen3.5-style hybrid on tinynn's layers (forward
 //! and backward on preallocated buffers), with its parameters in one flat buffer laid out as
 //! GGUF tensors, ready for tinynn's optimiser and for export; and around it data preparation,
 //! recipes, the training loop, checkpoints, export to GGUF and loss plots.
 
 mod block;
 mod config;
+mod gated_attn;
+mod gdn_mixer;
+mod hybrid;
+mod hybrid_config;
+mod hybrid_params;
 mod model;
 mod params;
 mod shard;
+mod stack;
 
 pub mod bpe;
 pub mod checkpoint;
@@ -23,11 +29,13 @@ pub mod rng;
 pub mod run;
 pub mod trainer;
 
-pub use config::{ModelConfig, TrainArch, TrainError};
+pub use config::{HybridConfig, MixerKind, ModelConfig, TrainArch, TrainError};
 pub use model::TrainModel;
 pub use params::ParamInfo;
 
 #[cfg(test)]
 mod tests;
+#[cfg(test)]
+mod tests_hybrid;
 #[cfg(test)]
 mod tests_infer;

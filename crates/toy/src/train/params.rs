@@ -6,6 +6,7 @@
 //! one gemm over the joint range: llama's attn_q, attn_k, attn_v ((H + 2 Hkv) D, C) and
 //! ffn_gate, ffn_up (2F, C).
 
+use super::hybrid_params::HybridRanges;
 use super::{ModelConfig, TrainArch};
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
@@ -25,8 +26,14 @@ pub struct ParamInfo {
 
 /// How a tensor starts.
 #[derive(Clone, Copy)]
-enum Init {
+pub(super) enum Init {
     Normal(f32),
+    /// U(-a, a).
+    Uniform(f32),
+    /// Mamba's dt bias: softplus(x) = dt with dt log-uniform in [1e-3, 1e-1].
+    DtBias,
+    /// Qwen3.5's A_log: ln A with A uniform in [1, 16).
+    ALog,
     Ones,
     Zeros,
 }
@@ -56,6 +63,8 @@ pub(crate) struct Layout {
     pub token_embd: Range<usize>,
     pub position_embd: Option<Range<usize>>,
     pub blocks: Vec<BlockRanges>,
+    /// qwen35's blocks instead of `blocks`.
+    pub hybrid: Vec<HybridRanges>,
     pub output_norm: Range<usize>,
     pub output_norm_b: Option<Range<usize>>,
     /// The head (V, C): `output.weight`, or token_embd when tied.
@@ -64,7 +73,13 @@ pub(crate) struct Layout {
 }
 
 impl Layout {
-    fn push(&mut self, name: String, dims: Vec<u64>, decay: bool, init: Init) -> Range<usize> {
+    pub(super) fn push(
+        &mut self,
+        name: String,
+        dims: Vec<u64>,
+        decay: bool,
+        init: Init,
+    ) -> Range<usize> {
         let n: u64 = dims.iter().product();
         let range = self.total..self.total + n as usize;
         self.total = range.end;
@@ -96,6 +111,7 @@ impl Layout {
             token_embd: 0..0,
             position_embd: None,
             blocks: Vec::with_capacity(l),
+            hybrid: Vec::new(),
             output_norm: 0..0,
             output_norm_b: None,
             head: 0..0,
@@ -111,7 +127,11 @@ impl Layout {
             );
             lay.position_embd = Some(p);
         }
-        for i in 0..l {
+        if let Some(h) = &cfg.hybrid {
+            lay.hybrid = (0..l).map(|i| lay.push_hybrid(cfg, h, i)).collect();
+        }
+        // the Llama / GPT-2 blocks (a hybrid has laid out its own above)
+        for i in (0..l).filter(|_| cfg.hybrid.is_none()) {
             let n = |s: &str| format!("blk.{i}.{s}");
             let bias = |lay: &mut Layout, s: &str, len: u64| {
                 gpt2.then(|| lay.push(n(s), vec![len], false, Init::Zeros))
@@ -193,6 +213,18 @@ impl Layout {
                 Init::Normal(std) => p
                     .iter_mut()
                     .for_each(|x| *x = (normal(&mut rng) * std as f64) as f32),
+                Init::Uniform(a) => p
+                    .iter_mut()
+                    .for_each(|x| *x = ((2.0 * rng.random::<f64>() - 1.0) * a as f64) as f32),
+                Init::DtBias => p.iter_mut().for_each(|x| {
+                    let (lo, hi) = (1e-3f64.ln(), 1e-1f64.ln());
+                    let dt = (lo + rng.random::<f64>() * (hi - lo)).exp();
+                    // the inverse of softplus: dt + ln(1 - e^-dt)
+                    *x = (dt + (-(-dt).exp_m1()).ln()) as f32
+                }),
+                Init::ALog => p
+                    .iter_mut()
+                    .for_each(|x| *x = (1.0 + 15.0 * rng.random::<f64>()).ln() as f32),
                 Init::Ones => p.fill(1.0),
                 Init::Zeros => p.fill(0.0),
             }

@@ -7,7 +7,7 @@ use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 
-use super::{ModelConfig, TrainArch};
+use super::{HybridConfig, ModelConfig, TrainArch};
 
 #[derive(Debug, thiserror::Error)]
 pub enum RecipeError {
@@ -48,6 +48,29 @@ pub struct ModelSection {
     pub depth_scale: bool,
     #[serde(default = "yes")]
     pub tied: bool,
+    /// qwen35: per layer "gdn" or "attn", or every `full_attention_interval`-th layer
+    /// attending (default 4); see [`HybridConfig::from_section`] for the other defaults.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub layers: Option<Vec<String>>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub full_attention_interval: Option<usize>,
+    /// qwen35 attention head size (default d_model / n_head) and rotary dims (head_dim / 4).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub head_dim: Option<usize>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rope_dim: Option<usize>,
+    /// qwen35 Gated DeltaNet heads and sizes (defaults n_head value heads, as many key heads,
+    /// head_dim each) and conv taps (4).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub gdn_key_heads: Option<usize>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub gdn_value_heads: Option<usize>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub gdn_key_dim: Option<usize>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub gdn_value_dim: Option<usize>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub conv_kernel: Option<usize>,
 }
 
 /// Where the token shards are (`[data]`). When `dir` has no prepared data, `toy train`
@@ -222,6 +245,8 @@ impl Recipe {
             depth_scale: m.depth_scale,
             // GPT-2 always ties its head to the embedding.
             tied: m.tied || m.arch == TrainArch::Gpt2,
+            // checked by `validate` when the recipe was parsed
+            hybrid: HybridConfig::from_section(m).ok().flatten(),
         }
     }
 
@@ -245,7 +270,8 @@ impl Recipe {
                 return bad(format!("{k} is 0, expected at least 1"));
             }
         }
-        if !m.d_model.is_multiple_of(m.n_head) {
+        HybridConfig::from_section(m).map_err(RecipeError::Invalid)?;
+        if m.head_dim.is_none() && !m.d_model.is_multiple_of(m.n_head) {
             return bad(format!(
                 "model.n_head {} does not divide model.d_model {}",
                 m.n_head, m.d_model

@@ -4,8 +4,9 @@
 //! number of shards that run in parallel (see `model.rs` for why and when).
 //! Letters: B sequences, T positions, N = B*T rows, C width, V vocabulary.
 
-use super::block::{Block, BlockActs, Norm, Scratch};
+use super::block::Norm;
 use super::params::Layout;
+use super::stack::{Stack, StackActs};
 use super::ModelConfig;
 use tinynn::layers::cross_entropy::cross_entropy;
 use tinynn::layers::embedding::Embedding;
@@ -15,7 +16,7 @@ use tinynn::layers::rope::Rope;
 /// Everything about the network that does not change during training, except the weights.
 pub(crate) struct Net {
     pub layout: Layout,
-    pub blocks: Vec<Block>,
+    pub stack: Stack,
     pub final_norm: Norm,
     pub embedding: Embedding,
     pub head: Linear,
@@ -27,19 +28,15 @@ pub(crate) struct Net {
 impl Net {
     pub fn new(cfg: &ModelConfig) -> Self {
         let layout = Layout::new(cfg);
-        let blocks = layout
-            .blocks
-            .iter()
-            .enumerate()
-            .map(|(l, r)| Block::new(cfg, l, r.clone()))
-            .collect();
+        // a hybrid turns only the first rope_dim dims of each head
+        let rope_dim = cfg.hybrid.as_ref().map_or(cfg.head_dim(), |h| h.rope_dim);
         Self {
+            stack: Stack::new(cfg, &layout),
             layout,
-            blocks,
             final_norm: Norm::new(cfg),
             embedding: Embedding::new(cfg.vocab, cfg.d_model),
             head: Linear::new(cfg.d_model, cfg.vocab),
-            rope: Rope::new(cfg.head_dim(), cfg.ctx, cfg.rope_base),
+            rope: Rope::new(rope_dim, cfg.ctx, cfg.rope_base),
             c: cfg.d_model,
             v: cfg.vocab,
         }
@@ -48,8 +45,8 @@ impl Net {
 
 /// Activations and scratch for up to `batch` sequences of `ctx` tokens.
 pub(crate) struct Shard {
-    acts: Vec<BlockActs>,
-    scratch: Scratch,
+    /// The blocks' activations and backward scratch.
+    stack: StackActs,
     /// Final residual stream, its norm and saved statistics (N, C), (N).
     xf: Vec<f32>,
     hf: Vec<f32>,
@@ -65,8 +62,7 @@ impl Shard {
     pub fn new(net: &Net, batch: usize, ctx: usize) -> Self {
         let (n, c, v) = (batch * ctx, net.c, net.v);
         Self {
-            acts: net.blocks.iter().map(|b| b.acts(batch, ctx)).collect(),
-            scratch: net.blocks[0].scratch(n),
+            stack: net.stack.acts(batch, ctx),
             xf: vec![0.0; n * c],
             hf: vec![0.0; n * c],
             meanf: vec![0.0; n],
@@ -80,20 +76,14 @@ impl Shard {
     /// Embedding, blocks and final norm of inputs (B, T): fills the activations and hf.
     pub fn forward(&mut self, net: &Net, p: &[f32], inputs: &[u32], b: usize, t: usize) {
         let (n, c) = (b * t, net.c);
-        let first = &mut self.acts[0].x[..n * c];
+        let first = &mut self.stack.input()[..n * c];
         net.embedding
             .forward(inputs, &p[net.layout.token_embd.clone()], first);
         if let Some(r) = &net.layout.position_embd {
             net.embedding.forward_positions(t, &p[r.clone()], first);
         }
-        for (l, blk) in net.blocks.iter().enumerate() {
-            let (cur, rest) = self.acts.split_at_mut(l + 1);
-            let out = match rest.first_mut() {
-                Some(next) => &mut next.x,
-                None => &mut self.xf,
-            };
-            blk.forward(p, &mut cur[l], out, &net.rope, b, t);
-        }
+        self.stack
+            .forward(&net.stack, p, &mut self.xf, &net.rope, b, t);
         let lay = &net.layout;
         let nb = lay.output_norm_b.as_ref().map(|r| &p[r.clone()]);
         net.final_norm.forward(
@@ -148,19 +138,19 @@ impl Shard {
         t: usize,
     ) {
         let (n, c, lay) = (b * t, net.c, &net.layout);
-        let s = &mut self.scratch;
+        let (dx, dh) = self.stack.dx_dh();
         // head: dW += dlogits^T hf, dhf = dlogits W
         net.head.backward(
             &self.logits,
             &self.hf,
             &p[lay.head.clone()],
-            Some(&mut s.dh),
+            Some(&mut *dh),
             false,
             &mut g[lay.head.clone()],
             None,
             n,
         );
-        s.dx[..n * c].fill(0.0);
+        dx[..n * c].fill(0.0);
         let (dw, db) = match &lay.output_norm_b {
             None => (&mut g[lay.output_norm.clone()], None),
             Some(rb) => {
@@ -169,25 +159,24 @@ impl Shard {
             }
         };
         net.final_norm.backward(
-            &s.dh,
+            dh,
             &self.xf,
             &p[lay.output_norm.clone()],
             1.0,
             &self.meanf,
             &self.rstdf,
-            &mut s.dx,
+            dx,
             dw,
             db,
             n,
         );
-        for (blk, a) in net.blocks.iter().zip(&self.acts).rev() {
-            blk.backward(p, g, a, s, &net.rope, b, t);
-        }
+        self.stack.backward(&net.stack, p, g, &net.rope, b, t);
+        let (dx, _) = self.stack.dx_dh();
         net.embedding
-            .backward(inputs, &s.dx[..n * c], &mut g[lay.token_embd.clone()]);
+            .backward(inputs, &dx[..n * c], &mut g[lay.token_embd.clone()]);
         if let Some(r) = &lay.position_embd {
             net.embedding
-                .backward_positions(t, &s.dx[..n * c], &mut g[r.clone()]);
+                .backward_positions(t, &dx[..n * c], &mut g[r.clone()]);
         }
     }
 

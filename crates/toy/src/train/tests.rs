@@ -20,6 +20,7 @@ pub(super) fn cfg(arch: TrainArch, depth_scale: bool, tied: bool) -> ModelConfig
         rope_base: 100.0,
         depth_scale,
         tied,
+        hybrid: None,
     }
 }
 
@@ -143,6 +144,7 @@ fn tiny(arch: TrainArch) -> ModelConfig {
         rope_base: 10000.0,
         depth_scale: false,
         tied: true,
+        hybrid: None,
     }
 }
 

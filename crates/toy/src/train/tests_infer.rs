@@ -24,7 +24,7 @@ fn to_gguf(m: &TrainModel) -> Vec<u8> {
     w.add_metadata(format!("{a}.context_length"), u(c.ctx));
     w.add_metadata(format!("{a}.vocab_size"), u(c.vocab));
     let eps_key = match c.arch {
-        TrainArch::Llama => "attention.layer_norm_rms_epsilon",
+        TrainArch::Llama | TrainArch::Qwen35 => "attention.layer_norm_rms_epsilon",
         TrainArch::Gpt2 => "attention.layer_norm_epsilon",
     };
     w.add_metadata(format!("{a}.{eps_key}"), Value::F32(c.norm_eps));
