@@ -6,6 +6,10 @@
 # it and on SmolLM2-135M-Instruct of the same type. Prints a table of tok/s, each model's
 # slowdown at depth, and the per-sequence state at ctx 4096 (`toy inspect`). Not part of CI.
 #
+# With LLAMA_BENCH=path/to/llama-bench (llama.cpp 0c1e570, e.g. the GCC build of
+# bench/compare-llama-cpp.sh under target/llama-cpp/build-gcc/bin/), llama.cpp's pp512 / tg128
+# at the same depths on the same files go beside toy's.
+#
 # Usage: bench/hybrid-depth.sh [TYPE]        Environment: THREADS (2), REPS (3), DEPTH (4096)
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -38,14 +42,32 @@ for m in hybrid-135m smollm2-135m; do
   done
   target/release/toy inspect "$work/$m.$ty.gguf" | tail -n 1 | sed "s/^/$m: /"
 done
+if [ -n "${LLAMA_BENCH:-}" ]; then
+  for m in hybrid-135m smollm2-135m; do
+    printf 'llama-bench %s ... ' "$m" >&2
+    "$LLAMA_BENCH" -m "$work/$m.$ty.gguf" -p 512 -n 128 -t "$threads" -r "$reps" -d "0,$depth" -o jsonl 2>/dev/null |
+      python3 -c '
+import json, sys
+for l in sys.stdin:
+    v = json.loads(l)
+    kind = "prefill_tok_s" if v["n_prompt"] else "decode_tok_s"
+    print(json.dumps({"name": "llama.cpp " + sys.argv[1], "depth": v["n_depth"], kind: {"mean": v["avg_ts"]}}))
+' "$m" >>"$results"
+    echo done >&2
+  done
+fi
 python3 - "$results" "$depth" <<'PY'
 import json, sys
 rows = [json.loads(l) for l in open(sys.argv[1])]
 depth = int(sys.argv[2])
-by = {(r["name"], r["depth"]): r for r in rows}
+by = {}
+for r in rows:
+    by.setdefault((r["name"], r["depth"]), {}).update(r)
 print(f"| model | pp512 | tg128 | pp512 @ d{depth} | tg128 @ d{depth} | tg slowdown at depth |")
 print("|---|---|---|---|---|---|")
-for name in ["hybrid-135m", "smollm2-135m"]:
+names = [n for n in ["hybrid-135m", "smollm2-135m", "llama.cpp hybrid-135m", "llama.cpp smollm2-135m"]
+         if (n, 0) in by and (n, depth) in by]
+for name in names:
     a, b = by[(name, 0)], by[(name, depth)]
     pp0, tg0 = a["prefill_tok_s"]["mean"], a["decode_tok_s"]["mean"]
     ppd, tgd = b["prefill_tok_s"]["mean"], b["decode_tok_s"]["mean"]
