@@ -60,9 +60,16 @@ fn step_losses(dir: &RunDir) -> Vec<(usize, u32)> {
 fn resumed_run_matches_uninterrupted_run_bit_for_bit() {
     let tmp = TempDir::new("resume");
     let data = prepared_data(&tmp.0);
-    for arch in ["llama", "gpt2"] {
+    // qwen35: a hybrid of one GDN layer and one gated attention layer
+    for (arch, kinds) in [
+        ("llama", None),
+        ("gpt2", None),
+        ("qwen35", Some("model.full_attention_interval=2")),
+    ] {
         // grad_accum 2 and clipping on: everything that carries state across steps is used.
-        let recipe = tiny_recipe(&data, arch, &["train.grad_accum=2", "optim.grad_clip=0.5"]);
+        let mut set = vec!["train.grad_accum=2", "optim.grad_clip=0.5"];
+        set.extend(kinds);
+        let recipe = tiny_recipe(&data, arch, &set);
         let (whole, out) = run(&tmp.path(&format!("a-{arch}")), &recipe, &Hooks::default());
         let out = out.expect("uninterrupted run");
         assert!(out.finished && out.steps_done == 12);
