@@ -75,6 +75,13 @@ fn main() -> ExitCode {
     if let Cmd::Serve(a) = cli.cmd {
         return report(cmd_serve::run(a, cli.threads));
     }
+    // every other command prints and ends: a reader that stops early (`toy inspect M | head`)
+    // ends it quietly, as it does any Unix tool, instead of a panic in println!
+    // SAFETY: setting a signal's disposition to the default before any thread starts.
+    #[cfg(unix)]
+    unsafe {
+        libc::signal(libc::SIGPIPE, libc::SIG_DFL);
+    }
     let mut pool = rayon::ThreadPoolBuilder::new();
     if let Some(t) = cli.threads {
         pool = pool.num_threads(t.max(1));

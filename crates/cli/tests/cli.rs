@@ -511,3 +511,38 @@ fn bench_runs_at_a_depth_and_says_so() {
     ]);
     assert!(text.contains("tg4     @ d100"), "{text}");
 }
+
+/// Regression: `toy inspect MODEL | head -1` panicked in println! once head had gone; a
+/// reader that stops early now ends toy quietly, as it ends any Unix tool. The output here
+/// (every log-prob of two positions, megabytes) cannot fit in the pipe.
+#[test]
+fn a_reader_that_stops_early_ends_toy_without_a_panic() {
+    use std::io::Read;
+    let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_toy"))
+        .args([
+            "score",
+            "-m",
+            &model(),
+            "--prompt-ids",
+            "1",
+            "--continuation-ids",
+            "2,3",
+        ])
+        .args(["--top", "49152", "--json"])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("toy score starts");
+    let mut first = [0u8; 64];
+    child
+        .stdout
+        .take()
+        .expect("stdout")
+        .read_exact(&mut first)
+        .expect("the start of the output");
+    // the reader is gone (dropped): the rest has nowhere to go
+    let out = child.wait_with_output().expect("toy ends");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(String::from_utf8_lossy(&first).starts_with('{'));
+    assert!(!err.contains("panicked"), "{err}");
+}
