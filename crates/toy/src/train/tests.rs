@@ -117,27 +117,33 @@ pub(super) fn check_sampled_gradients(
 #[test]
 fn every_parameter_tensor_receives_a_gradient() {
     for c in variants() {
-        let mut m = TrainModel::init(c.clone(), 2, 7);
-        let (x, y) = (tokens(12, c.vocab, 8), tokens(12, c.vocab, 9));
-        m.zero_grad();
-        m.forward_backward(&x, &y, 2, 6);
-        for info in m.params_info() {
-            let g = &m.grads[info.range.clone()];
-            assert!(
-                g.iter().all(|v| v.is_finite()),
-                "{}: non-finite gradient",
-                info.name
-            );
-            let nz = g.iter().filter(|v| **v != 0.0).count();
-            assert!(
-                nz > 0,
-                "{:?} ds={} tied={}: {} got no gradient",
-                c.arch,
-                c.depth_scale,
-                c.tied,
-                info.name
-            );
-        }
+        assert_every_tensor_gets_a_gradient(&c);
+    }
+}
+
+/// One step of a model of `c` from its real init: every tensor's gradient is finite and
+/// somewhere nonzero.
+pub(super) fn assert_every_tensor_gets_a_gradient(c: &ModelConfig) {
+    let mut m = TrainModel::init(c.clone(), 2, 7);
+    let (x, y) = (tokens(12, c.vocab, 8), tokens(12, c.vocab, 9));
+    m.zero_grad();
+    m.forward_backward(&x, &y, 2, 6);
+    for info in m.params_info() {
+        let g = &m.grads[info.range.clone()];
+        assert!(
+            g.iter().all(|v| v.is_finite()),
+            "{}: non-finite gradient",
+            info.name
+        );
+        let nz = g.iter().filter(|v| **v != 0.0).count();
+        assert!(
+            nz > 0,
+            "{:?} ds={} tied={}: {} got no gradient",
+            c.arch,
+            c.depth_scale,
+            c.tied,
+            info.name
+        );
     }
 }
 

@@ -4,7 +4,9 @@
 //! exported `qwen35` GGUF loading in toy's inference with the trainer's logits.
 
 use super::export;
-use super::tests::{check_sampled_gradients, rough_params, tokens};
+use super::tests::{
+    assert_every_tensor_gets_a_gradient, check_sampled_gradients, rough_params, tokens,
+};
 use super::{HybridConfig, MixerKind, ModelConfig, TrainArch, TrainModel};
 use crate::gguf::GgufFile;
 use crate::model::{Logits, Model};
@@ -92,28 +94,9 @@ fn hybrid_gradients_match_finite_differences() {
 
 #[test]
 fn every_hybrid_tensor_receives_a_gradient() {
+    // from the real init: A_log, dt_bias, conv and the norms start as training starts
     for c in variants() {
-        // from the real init: A_log, dt_bias, conv and the norms start as training starts
-        let mut m = TrainModel::init(c.clone(), 2, 7);
-        let (x, y) = (tokens(12, c.vocab, 8), tokens(12, c.vocab, 9));
-        m.zero_grad();
-        m.forward_backward(&x, &y, 2, 6);
-        for info in m.params_info() {
-            let g = &m.grads[info.range.clone()];
-            assert!(
-                g.iter().all(|v| v.is_finite()),
-                "{}: non-finite gradient",
-                info.name
-            );
-            let nz = g.iter().filter(|v| **v != 0.0).count();
-            assert!(
-                nz > 0,
-                "ds={} tied={}: {} got no gradient",
-                c.depth_scale,
-                c.tied,
-                info.name
-            );
-        }
+        assert_every_tensor_gets_a_gradient(&c);
     }
 }
 
