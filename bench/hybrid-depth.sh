@@ -33,29 +33,28 @@ for m in hybrid-135m smollm2-135m; do
 done
 results="$work/results-$ty.jsonl"
 : >"$results"
+# toy and llama.cpp alternate on each (model, depth), so drift on a shared machine falls on
+# both sides of a ratio alike
 for m in hybrid-135m smollm2-135m; do
   for d in 0 "$depth"; do
     printf '%s d=%s ... ' "$m" "$d" >&2
     target/release/toy -t "$threads" bench -m "$work/$m.$ty.gguf" -p 512 -n 128 -r "$reps" -d "$d" --json |
       python3 -c 'import json,sys; v=json.load(sys.stdin); v["name"]=sys.argv[1]; print(json.dumps(v))' "$m" >>"$results"
-    echo done >&2
-  done
-  target/release/toy inspect "$work/$m.$ty.gguf" | tail -n 1 | sed "s/^/$m: /"
-done
-if [ -n "${LLAMA_BENCH:-}" ]; then
-  for m in hybrid-135m smollm2-135m; do
-    printf 'llama-bench %s ... ' "$m" >&2
-    "$LLAMA_BENCH" -m "$work/$m.$ty.gguf" -p 512 -n 128 -t "$threads" -r "$reps" -d "0,$depth" -o jsonl 2>/dev/null |
-      python3 -c '
+    if [ -n "${LLAMA_BENCH:-}" ]; then
+      printf 'llama-bench ... ' >&2
+      "$LLAMA_BENCH" -m "$work/$m.$ty.gguf" -p 512 -n 128 -t "$threads" -r "$reps" -d "$d" -o jsonl 2>/dev/null |
+        python3 -c '
 import json, sys
 for l in sys.stdin:
     v = json.loads(l)
     kind = "prefill_tok_s" if v["n_prompt"] else "decode_tok_s"
     print(json.dumps({"name": "llama.cpp " + sys.argv[1], "depth": v["n_depth"], kind: {"mean": v["avg_ts"]}}))
 ' "$m" >>"$results"
+    fi
     echo done >&2
   done
-fi
+  target/release/toy inspect "$work/$m.$ty.gguf" | tail -n 1 | sed "s/^/$m: /"
+done
 python3 - "$results" "$depth" <<'PY'
 import json, sys
 rows = [json.loads(l) for l in open(sys.argv[1])]

@@ -34,6 +34,7 @@ pub mod repack_k;
 pub mod repack_q6k;
 pub mod rope;
 mod rowdot;
+mod stream;
 
 pub use qmatmul::QMat;
 

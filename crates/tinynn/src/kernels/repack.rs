@@ -268,6 +268,7 @@ pub fn block_sums(act: &Q8_1Act, out: &mut Vec<i32>) {
 #[cfg(target_arch = "x86_64")]
 mod vnni {
     use super::*;
+    use crate::kernels::stream::prefetch_ahead;
     use std::arch::x86_64::*;
 
     /// One group of 16 rows against TN tokens.
@@ -288,6 +289,9 @@ mod vnni {
         let mut macc = [_mm512_setzero_ps(); TN];
         for b in 0..nb {
             let base = p.data.as_slice().as_ptr().add((g * nb + b) * p.gb);
+            if TN == 1 {
+                prefetch_ahead(base, p.gb);
+            }
             let dw = _mm512_cvtph_ps(_mm256_loadu_si256(base as *const __m256i));
             let mw = if q41 {
                 _mm512_cvtph_ps(_mm256_loadu_si256(base.add(32) as *const __m256i))
@@ -349,6 +353,9 @@ mod vnni {
         let mut acc = [_mm512_setzero_ps(); TN];
         for b in 0..nb {
             let base = p.data.as_slice().as_ptr().add((g * nb + b) * p.gb);
+            if TN == 1 {
+                prefetch_ahead(base, p.gb);
+            }
             let dw = _mm512_cvtph_ps(_mm256_loadu_si256(base as *const __m256i));
             // -128 * sum(w): x enters as x + 128
             let sums = _mm512_cvtepi16_epi32(_mm256_loadu_si256(base.add(32) as *const __m256i));

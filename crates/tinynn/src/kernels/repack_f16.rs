@@ -205,6 +205,8 @@ mod avx512 {
         let mut acc = [_mm512_setzero_ps(); 4];
         let whole = k / 4 * 4;
         for c in (0..whole).step_by(4) {
+            // 4 columns of 16 f16 rows: two cache lines
+            crate::kernels::stream::prefetch_ahead(w.add(c * G) as *const u8, 4 * G * 2);
             for (u, a) in acc.iter_mut().enumerate() {
                 let wv = _mm512_cvtph_ps(_mm256_loadu_si256(w.add((c + u) * G) as *const __m256i));
                 *a = _mm512_fmadd_ps(wv, _mm512_set1_ps(*xp.add(c + u)), *a);
