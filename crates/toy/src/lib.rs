@@ -5,6 +5,7 @@
 pub mod chat_template;
 pub mod durable;
 pub mod eval;
+pub mod finetune;
 pub mod gguf;
 pub mod infer;
 pub mod model;
