@@ -27,6 +27,7 @@ pub mod qdot_q5;
 #[allow(clippy::needless_range_loop)]
 pub mod qgemm;
 pub mod qmatmul;
+pub mod qmatmul_t;
 #[allow(clippy::needless_range_loop)]
 pub mod repack;
 pub mod repack_f16;

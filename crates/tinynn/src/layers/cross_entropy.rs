@@ -1,7 +1,8 @@
 //! Fused softmax + cross-entropy: one pass per row of logits gives the row's loss
 //! `log(sum(exp(z))) - z[target]` and overwrites the logits with the gradient
 //! `(softmax(z) - onehot(target)) * scale`, so the probabilities are never stored apart.
-//! Shapes: logits (N, V), targets (N), losses (N).
+//! Shapes: logits (N, V), targets (N), losses (N). A target of [`IGNORE`] (a padded or
+//! masked position, as PyTorch's `ignore_index`) has loss 0 and a zero gradient.
 
 use super::act::{exp_approx, exp_sum16, max16};
 use super::{in_serial, multiversion};
@@ -34,6 +35,9 @@ multiversion! {
     }
 }
 
+/// The target of a row that carries no loss.
+pub const IGNORE: u32 = u32::MAX;
+
 /// Per-row losses (N) of logits (N, V) against targets; if `grad_scale` is given, the logits
 /// become d(sum of losses * grad_scale)/d logits. Rows run in parallel blocks.
 pub fn cross_entropy(
@@ -48,7 +52,7 @@ pub fn cross_entropy(
     let (grad, scale) = (grad_scale.is_some(), grad_scale.unwrap_or(0.0));
     for &t in targets {
         assert!(
-            (t as usize) < v,
+            t == IGNORE || (t as usize) < v,
             "target {t} is outside the vocabulary of {v}"
         );
     }
@@ -63,6 +67,13 @@ pub fn cross_entropy(
         .zip(targets.par_chunks(rows))
         .for_each(|((z, l), t)| {
             for ((row, loss), &tg) in z.chunks_exact_mut(v).zip(l.iter_mut()).zip(t) {
+                if tg == IGNORE {
+                    *loss = 0.0;
+                    if grad {
+                        row.fill(0.0);
+                    }
+                    continue;
+                }
                 *loss = row_loss(row, tg as usize, scale, grad);
             }
         });
@@ -98,5 +109,23 @@ mod tests {
         let mut l = [0.0];
         cross_entropy(&mut u, &[3], &mut l, v, None);
         assert!((l[0] - (v as f32).ln()).abs() < 1e-5);
+    }
+
+    #[test]
+    fn ignored_rows_have_no_loss_and_no_gradient() {
+        let (n, v) = (3, 19);
+        let z = test_data(n * v, 2);
+        let mut g = z.clone();
+        let mut losses = vec![9.0; n];
+        cross_entropy(&mut g, &[4, IGNORE, 7], &mut losses, v, Some(1.0));
+        assert_eq!(losses[1], 0.0);
+        assert!(g[v..2 * v].iter().all(|x| *x == 0.0));
+        assert!(losses[0] > 0.0 && losses[2] > 0.0);
+        // the other rows are as without the ignored one
+        let mut g2 = z.clone();
+        let mut l2 = vec![0.0; n];
+        cross_entropy(&mut g2, &[4, 0, 7], &mut l2, v, Some(1.0));
+        assert_eq!((losses[0], losses[2]), (l2[0], l2[2]));
+        assert_eq!(&g[..v], &g2[..v]);
     }
 }

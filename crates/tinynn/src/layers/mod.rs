@@ -16,6 +16,7 @@ pub mod embedding;
 pub mod gdn;
 pub mod layernorm;
 pub mod linear;
+pub mod lora;
 pub mod matmul;
 pub mod rmsnorm;
 pub mod rope;
