@@ -5,6 +5,7 @@
 //! with s the depth scale. llama: RMSNorm, RoPE, GQA, SwiGLU, no biases; gpt2: LayerNorm,
 //! no RoPE, GELU, biases. Letters: N = B*T rows, C width, S qkv width, F MLP width.
 
+use super::lin::{grad2, Lin};
 use super::params::BlockRanges;
 use super::{ModelConfig, TrainArch};
 use std::ops::Range;
@@ -96,6 +97,8 @@ pub(crate) struct BlockActs {
     /// MLP pre-activation: llama gate|up (N, 2F), gpt2 up (N, F); activation (N, F).
     pub ff: Vec<f32>,
     pub act: Vec<f32>,
+    /// The LoRA intermediates x A^T of qkv, attn_output, ffn_up, ffn_down (empty without).
+    pub u: [Vec<f32>; 4],
 }
 
 /// Gradient buffers the blocks share during the backward.
@@ -107,22 +110,6 @@ pub(crate) struct Scratch {
     pub datt: Vec<f32>,
     pub dff: Vec<f32>,
     pub dact: Vec<f32>,
-}
-
-/// The mutable gradient of a weight and of its bias (the bias sits after the weight).
-fn grad2<'a>(
-    g: &'a mut [f32],
-    w: &Range<usize>,
-    b: &Option<Range<usize>>,
-) -> (&'a mut [f32], Option<&'a mut [f32]>) {
-    match b {
-        None => (&mut g[w.clone()], None),
-        Some(b) => {
-            assert!(b.start >= w.end, "bias laid out after its weight");
-            let (lo, hi) = g.split_at_mut(b.start);
-            (&mut lo[w.clone()], Some(&mut hi[..b.len()]))
-        }
-    }
 }
 
 fn opt<'a>(p: &'a [f32], r: &Option<Range<usize>>) -> Option<&'a [f32]> {
@@ -138,10 +125,10 @@ pub(crate) struct Block {
     scale: f32,
     norm: Norm,
     attn: Attention,
-    qkv: Linear,
-    attn_output: Linear,
-    ffn_up: Linear,
-    ffn_down: Linear,
+    qkv: Lin,
+    attn_output: Lin,
+    ffn_up: Lin,
+    ffn_down: Lin,
 }
 
 impl Block {
@@ -165,11 +152,16 @@ impl Block {
             },
             norm: Norm::new(cfg),
             attn,
-            qkv: Linear::new(c, attn.qkv_width()),
-            attn_output: Linear::new(cfg.n_head * d, c),
-            ffn_up: Linear::new(c, up),
-            ffn_down: Linear::new(f, c),
+            qkv: Lin::Dense(Linear::new(c, attn.qkv_width())),
+            attn_output: Lin::Dense(Linear::new(cfg.n_head * d, c)),
+            ffn_up: Lin::Dense(Linear::new(c, up)),
+            ffn_down: Lin::Dense(Linear::new(f, c)),
         }
+    }
+
+    /// Replaces the four products (qkv, attn_output, ffn_up, ffn_down) with frozen ones.
+    pub fn freeze(&mut self, lins: [Lin; 4]) {
+        [self.qkv, self.attn_output, self.ffn_up, self.ffn_down] = lins;
     }
 
     pub fn acts(&self, b: usize, t: usize) -> BlockActs {
@@ -183,12 +175,14 @@ impl Block {
             h2: z(n * self.c),
             mean2: z(n),
             rstd2: z(n),
-            qkv: z(n * self.qkv.n_out),
-            att: z(n * self.attn_output.n_in),
+            qkv: z(n * self.qkv.n_out()),
+            att: z(n * self.attn_output.n_in()),
             lse: z(b * self.attn.n_head * t),
             xm: z(n * self.c),
-            ff: z(n * self.ffn_up.n_out),
+            ff: z(n * self.ffn_up.n_out()),
             act: z(n * self.f),
+            u: [&self.qkv, &self.attn_output, &self.ffn_up, &self.ffn_down]
+                .map(|l| z(n * l.u_width())),
         }
     }
 
@@ -197,9 +191,9 @@ impl Block {
         Scratch {
             dx: z(n * self.c),
             dh: z(n * self.c),
-            dqkv: z(n * self.qkv.n_out),
-            datt: z(n * self.attn_output.n_in),
-            dff: z(n * self.ffn_up.n_out),
+            dqkv: z(n * self.qkv.n_out()),
+            datt: z(n * self.attn_output.n_in()),
+            dff: z(n * self.ffn_up.n_out()),
             dact: z(n * self.f),
         }
     }
@@ -227,17 +221,19 @@ impl Block {
         );
         // (N, C) -> (N, S)
         self.qkv.forward(
+            p,
+            &r.qkv,
+            &r.qkv_b,
             &a.h1,
-            &p[r.qkv.clone()],
-            opt(p, &r.qkv_b),
             &mut a.qkv,
+            &mut a.u[0],
             n,
             false,
         );
         if self.arch == TrainArch::Llama {
             rope.forward(
                 &mut a.qkv,
-                self.qkv.n_out,
+                self.qkv.n_out(),
                 self.attn.n_head + self.attn.n_kv_head,
                 t,
                 n,
@@ -247,10 +243,12 @@ impl Block {
         self.attn.forward(&a.qkv, &mut a.att, &mut a.lse, b, t);
         a.xm[..n * c].copy_from_slice(&a.x[..n * c]);
         self.attn_output.forward(
+            p,
+            &r.attn_output,
+            &r.attn_output_b,
             &a.att,
-            &p[r.attn_output.clone()],
-            opt(p, &r.attn_output_b),
             &mut a.xm,
+            &mut a.u[1],
             n,
             true,
         );
@@ -267,10 +265,12 @@ impl Block {
         );
         // (N, C) -> (N, 2F) or (N, F) -> (N, F)
         self.ffn_up.forward(
+            p,
+            &r.ffn_up,
+            &r.ffn_up_b,
             &a.h2,
-            &p[r.ffn_up.clone()],
-            opt(p, &r.ffn_up_b),
             &mut a.ff,
+            &mut a.u[2],
             n,
             false,
         );
@@ -280,10 +280,12 @@ impl Block {
         }
         out[..n * c].copy_from_slice(&a.xm[..n * c]);
         self.ffn_down.forward(
+            p,
+            &r.ffn_down,
+            &r.ffn_down_b,
             &a.act,
-            &p[r.ffn_down.clone()],
-            opt(p, &r.ffn_down_b),
             out,
+            &mut a.u[3],
             n,
             true,
         );
@@ -303,15 +305,16 @@ impl Block {
         t: usize,
     ) {
         let (r, n, f) = (&self.r, b * t, self.f);
-        let (dw, db) = grad2(g, &r.ffn_down, &r.ffn_down_b);
         self.ffn_down.backward(
+            p,
+            g,
+            &r.ffn_down,
+            &r.ffn_down_b,
             &s.dx,
             &a.act,
-            &p[r.ffn_down.clone()],
+            &a.u[3],
             Some(&mut s.dact),
             false,
-            dw,
-            db,
             n,
         );
         match self.arch {
@@ -320,15 +323,16 @@ impl Block {
             }
             TrainArch::Gpt2 => gelu_backward(&s.dact[..n * f], &a.ff[..n * f], &mut s.dff[..n * f]),
         }
-        let (dw, db) = grad2(g, &r.ffn_up, &r.ffn_up_b);
         self.ffn_up.backward(
+            p,
+            g,
+            &r.ffn_up,
+            &r.ffn_up_b,
             &s.dff,
             &a.h2,
-            &p[r.ffn_up.clone()],
+            &a.u[2],
             Some(&mut s.dh),
             false,
-            dw,
-            db,
             n,
         );
         let (dw, db) = grad2(g, &r.ffn_norm, &r.ffn_norm_b);
@@ -345,15 +349,16 @@ impl Block {
             n,
         );
 
-        let (dw, db) = grad2(g, &r.attn_output, &r.attn_output_b);
         self.attn_output.backward(
+            p,
+            g,
+            &r.attn_output,
+            &r.attn_output_b,
             &s.dx,
             &a.att,
-            &p[r.attn_output.clone()],
+            &a.u[1],
             Some(&mut s.datt),
             false,
-            dw,
-            db,
             n,
         );
         self.attn
@@ -361,21 +366,22 @@ impl Block {
         if self.arch == TrainArch::Llama {
             rope.backward(
                 &mut s.dqkv,
-                self.qkv.n_out,
+                self.qkv.n_out(),
                 self.attn.n_head + self.attn.n_kv_head,
                 t,
                 n,
             );
         }
-        let (dw, db) = grad2(g, &r.qkv, &r.qkv_b);
         self.qkv.backward(
+            p,
+            g,
+            &r.qkv,
+            &r.qkv_b,
             &s.dqkv,
             &a.h1,
-            &p[r.qkv.clone()],
+            &a.u[0],
             Some(&mut s.dh),
             false,
-            dw,
-            db,
             n,
         );
         let (dw, db) = grad2(g, &r.attn_norm, &r.attn_norm_b);

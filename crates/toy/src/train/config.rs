@@ -57,6 +57,8 @@ pub enum TrainError {
     ParamCount { got: usize, expected: usize },
     #[error("bad batch: {0}")]
     Batch(String),
+    #[error("base model: {0}")]
+    Base(String),
 }
 
 /// Largest size of any one dimension we accept (bounds every allocation from a config).

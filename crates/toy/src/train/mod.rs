@@ -3,6 +3,7 @@
 //! GGUF tensors, ready for tinynn's optimiser and for export; and around it data preparation,
 //! recipes, the training loop, checkpoints, export to GGUF and loss plots.
 
+mod base;
 mod block;
 mod config;
 mod gated_attn;
@@ -10,6 +11,7 @@ mod gdn_mixer;
 mod hybrid;
 mod hybrid_config;
 mod hybrid_params;
+mod lin;
 mod model;
 mod params;
 mod shard;
@@ -30,7 +32,7 @@ pub mod run;
 pub mod trainer;
 
 pub use config::{HybridConfig, MixerKind, ModelConfig, TrainArch, TrainError};
-pub use model::TrainModel;
+pub use model::{LoraSpec, TrainModel};
 pub use params::ParamInfo;
 
 #[cfg(test)]
@@ -39,3 +41,5 @@ mod tests;
 mod tests_hybrid;
 #[cfg(test)]
 mod tests_infer;
+#[cfg(test)]
+mod tests_lora;

@@ -5,10 +5,13 @@
 //! allocates nothing. Results depend only on the inputs (not on the thread count).
 //! Letters: B sequences, T positions, N = B*T rows, C width, V vocabulary.
 
-use super::params::ParamInfo;
+use super::params::{Layout, ParamInfo};
 use super::shard::{Net, Shard};
 use super::{ModelConfig, TrainArch, TrainError};
+use crate::gguf::GgufFile;
 use std::ops::Range;
+use std::sync::Arc;
+use tinynn::layers::cross_entropy::IGNORE;
 use tinynn::layers::serial;
 
 /// A batch of two or more sequences is split in two shards that run forward and backward at
@@ -21,6 +24,16 @@ use tinynn::layers::serial;
 /// count, and the `gemm` crate splits no sums among threads, so results are the same bits
 /// on any number of threads.
 const SHARD_MAX_PARAMS: usize = 1 << 25;
+
+/// A LoRA run's adapters: which parts, their rank and scale (alpha / r, or alpha / sqrt(r)
+/// for rsLoRA), and the seed A starts from.
+#[derive(Clone, Debug, PartialEq)]
+pub struct LoraSpec {
+    pub targets: Vec<String>,
+    pub rank: usize,
+    pub scale: f32,
+    pub seed: u64,
+}
 
 pub struct TrainModel {
     pub cfg: ModelConfig,
@@ -68,6 +81,71 @@ impl TrainModel {
             )));
         }
         let net = Net::new(&cfg);
+        Self::with_net(cfg, batch, net, params)
+    }
+
+    /// A full fine-tune's model: the shape and every weight of the llama-family base in
+    /// `file`, dequantized to f32, for `batch` sequences of `ctx` tokens.
+    pub fn from_base(file: &GgufFile, ctx: usize, batch: usize) -> Result<Self, TrainError> {
+        let cfg = super::base::config_from_gguf(file, ctx)?;
+        let layout = Layout::new(&cfg);
+        let mut params = vec![0f32; layout.total];
+        super::base::import(file, &layout, &mut params)?;
+        Self::from_params(cfg, batch, params)
+    }
+
+    /// A LoRA run's model on the base in `file`, which stays as stored: adapters of `rank` on
+    /// the parts `targets` names (`attn_q` ... `ffn_down`), scaled by `scale`, started from
+    /// `seed` (A Kaiming-uniform, B zero), or holding `params` when resuming.
+    pub fn lora_on_base(
+        file: &Arc<GgufFile>,
+        ctx: usize,
+        batch: usize,
+        lora: &LoraSpec,
+        params: Option<Vec<f32>>,
+    ) -> Result<Self, TrainError> {
+        let cfg = super::base::config_from_gguf(file, ctx)?;
+        cfg.validate()?;
+        if lora.rank == 0 || lora.rank > cfg.d_model {
+            return Err(TrainError::Config(format!(
+                "LoRA rank {}, expected 1..={}",
+                lora.rank, cfg.d_model
+            )));
+        }
+        let layout = Layout::new_lora(&cfg, &lora.targets, lora.rank);
+        let params = match params {
+            Some(p) => p,
+            None => {
+                let mut p = layout.init(lora.seed);
+                super::base::import(file, &layout, &mut p)?;
+                p
+            }
+        };
+        let net = Net::new_lora(&cfg, layout, file, lora.scale)?;
+        Self::with_net(cfg, batch, net, params)
+    }
+
+    /// The ranges of params the optimiser must leave alone: a LoRA run's norms (empty
+    /// otherwise). The trainer zeroes their gradients, so AdamW (no decay on norms) keeps them.
+    pub fn frozen_ranges(&self) -> Vec<Range<usize>> {
+        if self.net.frozen_head.is_none() {
+            return Vec::new();
+        }
+        let infos = &self.net.layout.infos;
+        let lora = |n: &str| n.ends_with(".lora_a") || n.ends_with(".lora_b");
+        infos
+            .iter()
+            .filter(|i| !lora(&i.name))
+            .map(|i| i.range.clone())
+            .collect()
+    }
+
+    fn with_net(
+        cfg: ModelConfig,
+        batch: usize,
+        net: Net,
+        params: Vec<f32>,
+    ) -> Result<Self, TrainError> {
         if params.len() != net.layout.total {
             return Err(TrainError::ParamCount {
                 got: params.len(),
@@ -146,7 +224,8 @@ impl TrainModel {
                     toks.len()
                 )));
             }
-            if let Some(bad) = toks.iter().find(|&&id| id as usize >= v) {
+            let ignored = |id: u32| what == "targets" && id == IGNORE;
+            if let Some(bad) = toks.iter().find(|&&id| id as usize >= v && !ignored(id)) {
                 return Err(TrainError::Batch(format!(
                     "token {bad} in {what} is outside the vocabulary of {v}"
                 )));
@@ -230,7 +309,7 @@ impl TrainModel {
     ) -> f32 {
         self.check_shape(inputs.len(), b, t);
         self.check_shape(targets.len(), b, t);
-        let n = b * t;
+        let n = trained(targets);
         (self.run(inputs, targets, b, t, Some(loss_scale / n as f32)) / n as f64) as f32
     }
 
@@ -238,7 +317,7 @@ impl TrainModel {
     pub fn forward_loss(&mut self, inputs: &[u32], targets: &[u32], b: usize, t: usize) -> f32 {
         self.check_shape(inputs.len(), b, t);
         self.check_shape(targets.len(), b, t);
-        (self.run(inputs, targets, b, t, None) / (b * t) as f64) as f32
+        (self.run(inputs, targets, b, t, None) / trained(targets) as f64) as f32
     }
 
     /// Logits (V) of the last position of one sequence `tokens` (len <= ctx), for sampling
@@ -255,6 +334,11 @@ impl TrainModel {
     pub fn arch(&self) -> TrainArch {
         self.cfg.arch
     }
+}
+
+/// The targets that carry loss (not `IGNORE`), at least 1: the mean loss's denominator.
+fn trained(targets: &[u32]) -> usize {
+    targets.iter().filter(|&&t| t != IGNORE).count().max(1)
 }
 
 /// `a += b; b = 0`, in parallel chunks.

@@ -57,6 +57,23 @@ pub(crate) struct BlockRanges {
     pub ffn_down_b: Option<Range<usize>>,
 }
 
+/// One adapter of a LoRA run: on base tensor `base`, A (r, K) and B (M, r) in params.
+#[derive(Clone, Debug)]
+pub(crate) struct LoraRanges {
+    pub base: String,
+    pub a: Range<usize>,
+    pub b: Range<usize>,
+}
+
+/// The GGUF names of the parts of each fused product of a llama block, in output order:
+/// qkv, attn_output, gate|up, ffn_down.
+pub(crate) const LLAMA_PARTS: [&[&str]; 4] = [
+    &["attn_q", "attn_k", "attn_v"],
+    &["attn_output"],
+    &["ffn_gate", "ffn_up"],
+    &["ffn_down"],
+];
+
 pub(crate) struct Layout {
     pub infos: Vec<ParamInfo>,
     inits: Vec<Init>,
@@ -65,6 +82,9 @@ pub(crate) struct Layout {
     pub blocks: Vec<BlockRanges>,
     /// qwen35's blocks instead of `blocks`.
     pub hybrid: Vec<HybridRanges>,
+    /// LoRA runs: per block, the adapters (the rest of the block's matrices stay frozen in the
+    /// base; their ranges here are empty).
+    pub lora: Vec<Vec<LoraRanges>>,
     pub output_norm: Range<usize>,
     pub output_norm_b: Option<Range<usize>>,
     /// The head (V, C): `output.weight`, or token_embd when tied.
@@ -112,6 +132,7 @@ impl Layout {
             position_embd: None,
             blocks: Vec::with_capacity(l),
             hybrid: Vec::new(),
+            lora: Vec::new(),
             output_norm: 0..0,
             output_norm_b: None,
             head: 0..0,
@@ -186,6 +207,67 @@ impl Layout {
         } else {
             lay.push("output.weight".into(), vec![c, v], true, std)
         };
+        lay
+    }
+
+    /// A LoRA run's layout: the norms (f32, kept frozen by the trainer), then for each block
+    /// and each target part its adapter: `<name>.weight.lora_a` (dims [K, r], Kaiming-uniform
+    /// as peft: U(-1/sqrt(K), 1/sqrt(K))) and `.lora_b` (dims [r, M], zeros), so the first
+    /// step's output is the base's. Matrix, embedding and head ranges are empty: those stay in
+    /// the base file. `targets` are part names (`attn_q`, ..., `ffn_down`).
+    pub fn new_lora(cfg: &ModelConfig, targets: &[String], rank: usize) -> Self {
+        let full = Layout::new(cfg);
+        let mut lay = Layout {
+            infos: Vec::new(),
+            inits: Vec::new(),
+            token_embd: 0..0,
+            position_embd: None,
+            blocks: Vec::new(),
+            hybrid: Vec::new(),
+            lora: Vec::new(),
+            output_norm: 0..0,
+            output_norm_b: None,
+            head: 0..0,
+            total: 0,
+        };
+        let dims_of = |name: &str| {
+            let i = full.infos.iter().find(|i| i.name == name);
+            i.expect("a llama layout has every part").dims.clone()
+        };
+        for (l, br) in full.blocks.iter().enumerate() {
+            let n = |s: &str| format!("blk.{l}.{s}");
+            let c = [cfg.d_model as u64];
+            let mut r = br.clone();
+            r.attn_norm = lay.push(n("attn_norm.weight"), c.to_vec(), false, Init::Ones);
+            r.ffn_norm = lay.push(n("ffn_norm.weight"), c.to_vec(), false, Init::Ones);
+            (r.qkv, r.attn_output, r.ffn_up, r.ffn_down) = (0..0, 0..0, 0..0, 0..0);
+            lay.blocks.push(r);
+            let mut adapters = Vec::new();
+            for part in LLAMA_PARTS.iter().flat_map(|p| p.iter()) {
+                if !targets.iter().any(|t| t == part) {
+                    continue;
+                }
+                let base = n(&format!("{part}.weight"));
+                let d = dims_of(&base);
+                let (k, m, r) = (d[0], d[1], rank as u64);
+                let bound = 1.0 / (k as f32).sqrt();
+                let a = lay.push(
+                    format!("{base}.lora_a"),
+                    vec![k, r],
+                    true,
+                    Init::Uniform(bound),
+                );
+                let b = lay.push(format!("{base}.lora_b"), vec![r, m], true, Init::Zeros);
+                adapters.push(LoraRanges { base, a, b });
+            }
+            lay.lora.push(adapters);
+        }
+        lay.output_norm = lay.push(
+            "output_norm.weight".into(),
+            vec![cfg.d_model as u64],
+            false,
+            Init::Ones,
+        );
         lay
     }
 

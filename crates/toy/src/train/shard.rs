@@ -5,6 +5,7 @@
 //! Letters: B sequences, T positions, N = B*T rows, C width, V vocabulary.
 
 use super::block::Norm;
+use super::lin::FrozenMat;
 use super::params::Layout;
 use super::stack::{Stack, StackActs};
 use super::ModelConfig;
@@ -23,6 +24,10 @@ pub(crate) struct Net {
     pub rope: Rope,
     pub c: usize,
     pub v: usize,
+    /// LoRA runs: the base's token embedding and head, frozen in their stored types (the
+    /// layout's token_embd and head ranges are then empty).
+    pub frozen_embd: Option<FrozenMat>,
+    pub frozen_head: Option<FrozenMat>,
 }
 
 impl Net {
@@ -39,6 +44,55 @@ impl Net {
             rope: Rope::new(rope_dim, cfg.ctx, cfg.rope_base),
             c: cfg.d_model,
             v: cfg.vocab,
+            frozen_embd: None,
+            frozen_head: None,
+        }
+    }
+
+    /// A LoRA run's network: `layout` from `Layout::new_lora`, every product, the embedding
+    /// and the head frozen in the base `file`, the adapters scaled by `scale`.
+    pub fn new_lora(
+        cfg: &ModelConfig,
+        layout: Layout,
+        file: &std::sync::Arc<crate::gguf::GgufFile>,
+        scale: f32,
+    ) -> Result<Self, super::TrainError> {
+        let mut net = Self::new(cfg);
+        if let Stack::Std(blocks) = &mut net.stack {
+            for (l, blk) in blocks.iter_mut().enumerate() {
+                blk.r = layout.blocks[l].clone();
+                blk.freeze(super::base::frozen_lins(
+                    file,
+                    cfg,
+                    l,
+                    &layout.lora[l],
+                    scale,
+                )?);
+            }
+        }
+        let (v, c) = (cfg.vocab, cfg.d_model);
+        let embd = super::base::frozen_mat(file, "token_embd.weight", v, c)?;
+        net.frozen_head = Some(match cfg.is_tied() {
+            true => embd.clone(),
+            false => super::base::frozen_mat(file, "output.weight", v, c)?,
+        });
+        net.frozen_embd = Some(embd);
+        net.layout = layout;
+        Ok(net)
+    }
+
+    /// logits (N, V) = h (N, C) times the head, frozen or from params.
+    fn head_forward(&self, p: &[f32], h: &[f32], logits: &mut [f32], n: usize) {
+        match &self.frozen_head {
+            Some(m) => tinynn::kernels::qmatmul::matmul(
+                &m.qmat(),
+                &h[..n * self.c],
+                n,
+                &mut logits[..n * self.v],
+            ),
+            None => self
+                .head
+                .forward(h, &p[self.layout.head.clone()], None, logits, n, false),
         }
     }
 }
@@ -77,8 +131,17 @@ impl Shard {
     pub fn forward(&mut self, net: &Net, p: &[f32], inputs: &[u32], b: usize, t: usize) {
         let (n, c) = (b * t, net.c);
         let first = &mut self.stack.input()[..n * c];
-        net.embedding
-            .forward(inputs, &p[net.layout.token_embd.clone()], first);
+        match &net.frozen_embd {
+            Some(m) => {
+                let q = m.qmat();
+                for (row, &tok) in first.chunks_exact_mut(c).zip(inputs) {
+                    q.dequantize_row(tok as usize, row);
+                }
+            }
+            None => net
+                .embedding
+                .forward(inputs, &p[net.layout.token_embd.clone()], first),
+        }
         if let Some(r) = &net.layout.position_embd {
             net.embedding.forward_positions(t, &p[r.clone()], first);
         }
@@ -109,14 +172,7 @@ impl Shard {
         grad_scale: Option<f32>,
     ) -> f64 {
         // (N, C) -> (N, V)
-        net.head.forward(
-            &self.hf,
-            &p[net.layout.head.clone()],
-            None,
-            &mut self.logits,
-            n,
-            false,
-        );
+        net.head_forward(p, &self.hf, &mut self.logits, n);
         cross_entropy(
             &mut self.logits,
             &targets[..n],
@@ -140,16 +196,19 @@ impl Shard {
         let (n, c, lay) = (b * t, net.c, &net.layout);
         let (dx, dh) = self.stack.dx_dh();
         // head: dW += dlogits^T hf, dhf = dlogits W
-        net.head.backward(
-            &self.logits,
-            &self.hf,
-            &p[lay.head.clone()],
-            Some(&mut *dh),
-            false,
-            &mut g[lay.head.clone()],
-            None,
-            n,
-        );
+        match &net.frozen_head {
+            Some(m) => tinynn::kernels::qmatmul_t::matmul_t(&m.qmat(), &self.logits, n, dh, false),
+            None => net.head.backward(
+                &self.logits,
+                &self.hf,
+                &p[lay.head.clone()],
+                Some(&mut *dh),
+                false,
+                &mut g[lay.head.clone()],
+                None,
+                n,
+            ),
+        }
         dx[..n * c].fill(0.0);
         let (dw, db) = match &lay.output_norm_b {
             None => (&mut g[lay.output_norm.clone()], None),
@@ -172,8 +231,10 @@ impl Shard {
         );
         self.stack.backward(&net.stack, p, g, &net.rope, b, t);
         let (dx, _) = self.stack.dx_dh();
-        net.embedding
-            .backward(inputs, &dx[..n * c], &mut g[lay.token_embd.clone()]);
+        if net.frozen_embd.is_none() {
+            net.embedding
+                .backward(inputs, &dx[..n * c], &mut g[lay.token_embd.clone()]);
+        }
         if let Some(r) = &lay.position_embd {
             net.embedding
                 .backward_positions(t, &dx[..n * c], &mut g[r.clone()]);
@@ -183,15 +244,7 @@ impl Shard {
     /// Logits (V) of the last row of the last forward (of `t` rows), into `self.last`.
     pub fn logits_last(&mut self, net: &Net, p: &[f32], t: usize) -> &[f32] {
         let c = net.c;
-        let w = &p[net.layout.head.clone()];
-        net.head.forward(
-            &self.hf[(t - 1) * c..t * c],
-            w,
-            None,
-            &mut self.last,
-            1,
-            false,
-        );
+        net.head_forward(p, &self.hf[(t - 1) * c..t * c], &mut self.last, 1);
         &self.last
     }
 }

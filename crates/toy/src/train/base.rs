@@ -1,0 +1,159 @@
+//! Training from a model one already has (fine-tuning): its shape from the GGUF's llama.cpp
+//! keys (`llama-arch.cpp`), and its weights either dequantized into the flat params (full
+//! fine-tune) or left in the file in their stored types as frozen layers with LoRA adapters
+//! beside them (`lin.rs`). Only the llama family (SmolLM2, TinyLlama, ...) is trainable this
+//! way for now: its tensors are the trainer's own (`params.rs`), RoPE in ggml's normal mode.
+
+use super::lin::{FrozenMat, Lin, LoraPart, Part};
+use super::params::{Layout, LoraRanges, LLAMA_PARTS};
+use super::{ModelConfig, TrainArch, TrainError};
+use crate::gguf::GgufFile;
+use crate::model::{Arch, Config};
+use std::sync::Arc;
+use tinynn::kernels::QMat;
+use tinynn::layers::lora::Lora;
+
+fn bad(m: String) -> TrainError {
+    TrainError::Base(m)
+}
+
+/// The trainer's config of the base model in `file`, for sequences of `ctx` tokens.
+pub fn config_from_gguf(file: &GgufFile, ctx: usize) -> Result<ModelConfig, TrainError> {
+    let c = Config::from_gguf(file).map_err(|e| bad(e.to_string()))?;
+    if c.arch != Arch::Llama {
+        return Err(bad(format!(
+            "fine-tuning takes llama-family bases; this one is {}",
+            c.arch.name()
+        )));
+    }
+    if c.rope_dim != c.head_dim || c.head_dim * c.n_head != c.d_model {
+        return Err(bad(format!(
+            "head size {} x {} heads with RoPE on {} dims: the trainer needs d_model = heads x head size and RoPE on all of it",
+            c.head_dim, c.n_head, c.rope_dim
+        )));
+    }
+    Ok(ModelConfig {
+        arch: TrainArch::Llama,
+        vocab: c.vocab,
+        d_model: c.d_model,
+        n_head: c.n_head,
+        n_kv_head: c.n_kv_head,
+        d_ff: c.d_ff,
+        n_layer: c.n_layer,
+        ctx,
+        norm_eps: c.norm_eps,
+        rope_base: c.rope_base,
+        depth_scale: false,
+        tied: file.tensor("output.weight").is_none(),
+        hybrid: None,
+    })
+}
+
+/// Fills every tensor of `layout` that the base has (dequantized to f32) into `params`;
+/// tensors the base lacks (LoRA adapters) keep what they hold. Shapes must match.
+pub(crate) fn import(
+    file: &GgufFile,
+    layout: &Layout,
+    params: &mut [f32],
+) -> Result<(), TrainError> {
+    for info in &layout.infos {
+        let Some(t) = file.tensor(&info.name) else {
+            if info.name.ends_with(".lora_a") || info.name.ends_with(".lora_b") {
+                continue;
+            }
+            return Err(bad(format!("the base has no tensor {}", info.name)));
+        };
+        if t.dims != info.dims {
+            return Err(bad(format!(
+                "{}: the base has dims {:?}, the config needs {:?}",
+                info.name, t.dims, info.dims
+            )));
+        }
+        let (rows, cols) = (
+            t.dims.iter().skip(1).product::<u64>() as usize,
+            t.dims[0] as usize,
+        );
+        let q = QMat::new(t.ty, rows, cols, file.tensor_data(t))
+            .map_err(|e| bad(format!("{}: {e}", info.name)))?;
+        let dst = &mut params[info.range.clone()];
+        for (r, row) in dst.chunks_exact_mut(cols).enumerate() {
+            q.dequantize_row(r, row);
+        }
+    }
+    Ok(())
+}
+
+/// Matrix `name` of the base as a frozen (rows, cols) layer, checked.
+pub(crate) fn frozen_mat(
+    file: &Arc<GgufFile>,
+    name: &str,
+    rows: usize,
+    cols: usize,
+) -> Result<FrozenMat, TrainError> {
+    let index = file
+        .tensors
+        .iter()
+        .position(|t| t.name == name)
+        .ok_or_else(|| bad(format!("the base has no tensor {name}")))?;
+    let t = &file.tensors[index];
+    if t.dims != [cols as u64, rows as u64] {
+        return Err(bad(format!(
+            "{name}: the base has dims {:?}, the config needs [{cols}, {rows}]",
+            t.dims
+        )));
+    }
+    QMat::new(t.ty, rows, cols, file.tensor_data(t)).map_err(|e| bad(format!("{name}: {e}")))?;
+    Ok(FrozenMat {
+        file: file.clone(),
+        index,
+        rows,
+        cols,
+    })
+}
+
+/// Block l's four products as frozen layers of the base, with the adapters `lora` on the
+/// parts they name, each scaled by `scale`.
+pub(crate) fn frozen_lins(
+    file: &Arc<GgufFile>,
+    cfg: &ModelConfig,
+    l: usize,
+    lora: &[LoraRanges],
+    scale: f32,
+) -> Result<[Lin; 4], TrainError> {
+    let (c, f, d) = (cfg.d_model, cfg.d_ff, cfg.head_dim());
+    let (q, kv) = (cfg.n_head * d, cfg.n_kv_head * d);
+    let shapes: [&[(usize, usize)]; 4] = [
+        &[(q, c), (kv, c), (kv, c)],
+        &[(c, q)],
+        &[(f, c), (f, c)],
+        &[(c, f)],
+    ];
+    let mut out = Vec::with_capacity(4);
+    for (names, shapes) in LLAMA_PARTS.iter().zip(shapes) {
+        let mut parts = Vec::new();
+        for (name, &(rows, cols)) in names.iter().zip(shapes) {
+            let full = format!("blk.{l}.{name}.weight");
+            let mat = frozen_mat(file, &full, rows, cols)?;
+            let lora = lora.iter().find(|a| a.base == full).map(|a| LoraPart {
+                lora: Lora {
+                    n_in: cols,
+                    n_out: rows,
+                    rank: a.a.len() / cols,
+                    scale,
+                },
+                a: a.a.clone(),
+                b: a.b.clone(),
+            });
+            parts.push(Part { mat, lora });
+        }
+        let n_out = shapes.iter().map(|s| s.0).sum();
+        out.push(Lin::Frozen {
+            parts,
+            n_in: shapes[0].1,
+            n_out,
+        });
+    }
+    Ok(out
+        .try_into()
+        .unwrap_or_else(|_| unreachable!("four products")))
+}

@@ -1,0 +1,231 @@
+//! Fine-tuning tests: a base written as GGUF loads back bit for bit for a full fine-tune; a
+//! LoRA model on the frozen base starts at the base's loss exactly (B = 0), its adapter
+//! gradients match finite differences, norms stay frozen, and on a Q8_0 base its loss falls.
+
+use super::export::to_gguf;
+use super::tests::{rough_params, tokens};
+use super::{LoraSpec, ModelConfig, TrainArch, TrainModel};
+use crate::gguf::GgufFile;
+use crate::quantize::quantize_model;
+use rand::rngs::StdRng;
+use rand::{Rng, SeedableRng};
+use std::sync::Arc;
+use tinynn::layers::cross_entropy::IGNORE;
+use tinynn::optim::{AdamW, AdamWConfig};
+use tinynn::quant::GgmlType;
+
+fn cfg(tied: bool) -> ModelConfig {
+    ModelConfig {
+        arch: TrainArch::Llama,
+        vocab: 19,
+        d_model: 32,
+        n_head: 4,
+        n_kv_head: 2,
+        d_ff: 64,
+        n_layer: 2,
+        ctx: 8,
+        norm_eps: 1e-5,
+        rope_base: 100.0,
+        depth_scale: false,
+        tied,
+        hybrid: None,
+    }
+}
+
+/// A base model with rough weights, as the bytes of an f32 GGUF.
+fn base_bytes(c: &ModelConfig) -> (Vec<f32>, Vec<u8>) {
+    let m0 = TrainModel::init(c.clone(), 2, 1);
+    let params = rough_params(&m0, 2);
+    let m = TrainModel::from_params(c.clone(), 2, params.clone()).unwrap();
+    let mut bytes = Vec::new();
+    to_gguf(&m, &[], "base")
+        .unwrap()
+        .write_to(&mut bytes)
+        .unwrap();
+    (params, bytes)
+}
+
+fn all_linear() -> Vec<String> {
+    [
+        "attn_q",
+        "attn_k",
+        "attn_v",
+        "attn_output",
+        "ffn_gate",
+        "ffn_up",
+        "ffn_down",
+    ]
+    .map(String::from)
+    .to_vec()
+}
+
+fn spec(targets: Vec<String>) -> LoraSpec {
+    LoraSpec {
+        targets,
+        rank: 4,
+        scale: 2.0,
+        seed: 7,
+    }
+}
+
+#[test]
+fn a_full_fine_tune_starts_from_the_base_bit_for_bit() {
+    for tied in [true, false] {
+        let c = cfg(tied);
+        let (params, bytes) = base_bytes(&c);
+        let file = GgufFile::from_bytes(bytes).unwrap();
+        let m = TrainModel::from_base(&file, c.ctx, 2).unwrap();
+        assert_eq!(m.cfg, c);
+        assert_eq!(m.params, params);
+    }
+}
+
+#[test]
+fn lora_starts_at_the_base_and_its_gradients_match_finite_differences() {
+    let c = cfg(false);
+    let (params, bytes) = base_bytes(&c);
+    let file = Arc::new(GgufFile::from_bytes(bytes).unwrap());
+    let (b, t) = (2, 6);
+    let (x, mut y) = (tokens(b * t, c.vocab, 3), tokens(b * t, c.vocab, 4));
+    y[2] = IGNORE;
+    let mut full = TrainModel::from_params(c.clone(), 2, params).unwrap();
+    let want = full.forward_loss(&x, &y, b, t);
+    let mut bare = TrainModel::lora_on_base(&file, c.ctx, 2, &spec(vec![]), None).unwrap();
+    let mut lora = TrainModel::lora_on_base(&file, c.ctx, 2, &spec(all_linear()), None).unwrap();
+    let (l0, l1) = (
+        bare.forward_loss(&x, &y, b, t),
+        lora.forward_loss(&x, &y, b, t),
+    );
+    assert_eq!(
+        l0.to_bits(),
+        l1.to_bits(),
+        "B = 0: the adapters change nothing"
+    );
+    assert!(
+        (l0 - want).abs() < 1e-4,
+        "frozen f32 base {l0} vs dense {want}"
+    );
+    assert_eq!(
+        lora.params_info()
+            .iter()
+            .filter(|i| i.name.ends_with(".lora_a"))
+            .count(),
+        14
+    );
+
+    // rough adapters, then central differences on sampled elements of every adapter
+    let mut rng = StdRng::seed_from_u64(9);
+    for i in lora.params_info().to_vec() {
+        if i.name.contains(".lora_") {
+            for v in &mut lora.params[i.range.clone()] {
+                *v = rng.random_range(-0.3..0.3);
+            }
+        }
+    }
+    let p0 = lora.params.clone();
+    lora.zero_grad();
+    lora.forward_backward(&x, &y, b, t);
+    let g = lora.grads.clone();
+    for info in lora.params_info().to_vec() {
+        let gmax = g[info.range.clone()]
+            .iter()
+            .fold(0f32, |a, v| a.max(v.abs()));
+        assert!(
+            info.name.contains("norm") || gmax > 0.0,
+            "{} gets no gradient",
+            info.name
+        );
+        if !info.name.contains(".lora_") {
+            continue;
+        }
+        for _ in 0..3 {
+            let i = rng.random_range(info.range.clone());
+            let eps = 1e-2;
+            lora.params[i] = p0[i] + eps;
+            let hi = lora.forward_loss(&x, &y, b, t) as f64;
+            lora.params[i] = p0[i] - eps;
+            let lo = lora.forward_loss(&x, &y, b, t) as f64;
+            lora.params[i] = p0[i];
+            let num = (hi - lo) / (2.0 * eps as f64);
+            assert!(
+                (num - g[i] as f64).abs() <= 0.03 * gmax as f64 + 2e-4,
+                "{}[{i}]: analytic {} vs numeric {num}",
+                info.name,
+                g[i]
+            );
+        }
+    }
+    // only adapters are trainable: everything else is in frozen_ranges
+    let frozen: usize = lora.frozen_ranges().iter().map(|r| r.len()).sum();
+    let adapters: usize = lora
+        .params_info()
+        .iter()
+        .filter(|i| i.name.contains(".lora_"))
+        .map(|i| i.range.len())
+        .sum();
+    assert_eq!(frozen + adapters, lora.params.len());
+}
+
+#[test]
+fn lora_on_a_q8_0_base_lowers_the_loss_and_keeps_the_norms() {
+    let c = cfg(true);
+    let (_, bytes) = base_bytes(&c);
+    let f32_file = GgufFile::from_bytes(bytes).unwrap();
+    let mut q8 = Vec::new();
+    quantize_model(&f32_file, GgmlType::Q8_0)
+        .unwrap()
+        .write_to(&mut q8)
+        .unwrap();
+    let file = Arc::new(GgufFile::from_bytes(q8).unwrap());
+    assert_eq!(
+        file.tensor("blk.0.attn_q.weight").unwrap().ty,
+        GgmlType::Q8_0
+    );
+    let mut m = TrainModel::lora_on_base(&file, c.ctx, 2, &spec(all_linear()), None).unwrap();
+    let norms0 = m.params.clone();
+    let frozen = m.frozen_ranges();
+    let mut opt = AdamW::new(
+        m.params.len(),
+        AdamWConfig {
+            weight_decay: 0.0,
+            ..Default::default()
+        },
+    );
+    let decay = m.decay_ranges();
+    let (x, y) = (tokens(2 * 8, c.vocab, 5), tokens(2 * 8, c.vocab, 6));
+    let mut losses = Vec::new();
+    for _ in 0..30 {
+        m.zero_grad();
+        losses.push(m.forward_backward(&x, &y, 2, 8));
+        for r in &frozen {
+            m.grads[r.clone()].fill(0.0);
+        }
+        opt.step(&mut m.params, &m.grads, 1e-2, &decay);
+    }
+    assert!(
+        losses[29] < 0.7 * losses[0],
+        "loss {} -> {}",
+        losses[0],
+        losses[29]
+    );
+    for r in &frozen {
+        assert_eq!(
+            m.params[r.clone()],
+            norms0[r.clone()],
+            "frozen tensors do not move"
+        );
+    }
+}
+
+#[test]
+fn bad_bases_are_named_errors() {
+    let c = cfg(true);
+    let (_, bytes) = base_bytes(&c);
+    let file = Arc::new(GgufFile::from_bytes(bytes).unwrap());
+    let mut s = spec(all_linear());
+    s.rank = 0;
+    let e = TrainModel::lora_on_base(&file, c.ctx, 2, &s, None)
+        .err()
+        .unwrap();
+    assert!(e.to_string().contains("rank 0"), "{e}");
+}
