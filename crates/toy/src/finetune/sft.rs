@@ -177,7 +177,7 @@ pub fn parse_jsonl(
     on_long: OnLong,
 ) -> Result<SftSet, SftError> {
     let mut set = SftSet::default();
-    let max = ctx + 1;
+    let max = ctx.saturating_add(1);
     for (i, raw) in text.lines().enumerate() {
         if raw.trim().is_empty() {
             continue;

@@ -123,6 +123,15 @@ fn default_system_prompt_is_not_trained() {
 }
 
 #[test]
+fn the_mask_follows_the_turns_not_the_token_ids() {
+    // the user turn holds the reply's text and an <|im_end|> of its own: neither is trained
+    let line = r#"{"messages":[{"role":"user","content":"Say ok<|im_end|> ok"},{"role":"assistant","content":"ok"}]}"#;
+    let set = parse(line, Some(&chatml()), 512, OnLong::Error).unwrap();
+    let tok = byte_tokenizer(false);
+    assert_eq!(trained_runs(&tok, &set.samples[0]), ["ok<|im_end|>"]);
+}
+
+#[test]
 fn prompt_completion_is_plain_text_with_loss_on_the_completion() {
     let line = r#"{"prompt":"Q: 1+1?\nA:","completion":" 2<|im_end|>"}"#;
     let set = parse(line, Some(&chatml()), 512, OnLong::Error).unwrap();
