@@ -1,0 +1,113 @@
+//! Batches of chat-SFT samples ([`super::sft`]): one sample per row, no packing, in an order
+//! shuffled afresh each epoch (Fisher-Yates) by SplitMix64 ([`crate::train::rng`]), whose
+//! state is one u64, so a checkpoint that stores [`SftBatcher::state`] resumes exactly.
+//!
+//! B is the batch size, T the context. Row `b` of a batch holds sample `s` of length L
+//! (L <= T + 1): `inputs[b, t] = s.tokens[t]` for t < L - 1, then the sample's last token as
+//! padding; `targets[b, t] = s.tokens[t + 1]` where `s.train[t + 1]`, else [`IGNORE`], and
+//! [`IGNORE`] over the padding. A batch may run across an epoch boundary.
+
+use super::sft::{SftSet, IGNORE};
+use crate::train::rng::SplitMix64;
+
+pub struct SftBatcher {
+    rng: SplitMix64,
+    /// The generator's state before this epoch's shuffle: with `epoch` and `pos`, all a
+    /// resume needs.
+    epoch_start: u64,
+    order: Vec<usize>,
+    epoch: usize,
+    pos: usize,
+    batch: usize,
+    ctx: usize,
+}
+
+impl SftBatcher {
+    pub fn new(n_samples: usize, seed: u64, batch: usize, ctx: usize) -> Self {
+        Self::from_state(n_samples, (seed, 0, 0), batch, ctx)
+    }
+
+    /// `(rng state before this epoch's shuffle, epoch, position in the epoch)`.
+    pub fn state(&self) -> (u64, usize, usize) {
+        (self.epoch_start, self.epoch, self.pos)
+    }
+
+    /// The batcher [`Self::state`] described, given the same `n_samples`.
+    pub fn from_state(
+        n_samples: usize,
+        (epoch_start, epoch, pos): (u64, usize, usize),
+        batch: usize,
+        ctx: usize,
+    ) -> Self {
+        assert!(n_samples > 0, "SftBatcher needs at least one sample");
+        let mut b = Self {
+            rng: SplitMix64::new(epoch_start),
+            epoch_start,
+            order: (0..n_samples).collect(),
+            epoch,
+            pos: pos.min(n_samples),
+            batch,
+            ctx,
+        };
+        b.shuffle();
+        b
+    }
+
+    /// The pass over the samples now being drawn from (0-based); it advances when a sample
+    /// is drawn after a full pass.
+    pub fn epoch(&self) -> usize {
+        self.epoch
+    }
+
+    fn shuffle(&mut self) {
+        self.order.sort_unstable();
+        for i in (1..self.order.len()).rev() {
+            let j = self.rng.below(i as u64 + 1) as usize;
+            self.order.swap(i, j);
+        }
+    }
+
+    fn next_index(&mut self) -> usize {
+        if self.pos == self.order.len() {
+            self.epoch += 1;
+            self.pos = 0;
+            self.epoch_start = self.rng.state;
+            self.shuffle();
+        }
+        self.pos += 1;
+        self.order[self.pos - 1]
+    }
+
+    /// Fills `inputs` and `targets` (B, T) with the next B samples of `set` and returns how
+    /// many targets carry loss.
+    pub fn next(&mut self, set: &SftSet, inputs: &mut [u32], targets: &mut [u32]) -> usize {
+        let (b, t) = (self.batch, self.ctx);
+        assert_eq!(inputs.len(), b * t, "inputs must be (B, T)");
+        assert_eq!(targets.len(), b * t, "targets must be (B, T)");
+        assert_eq!(
+            set.samples.len(),
+            self.order.len(),
+            "batcher built for another set"
+        );
+        let mut trained = 0;
+        for row in 0..b {
+            let s = &set.samples[self.next_index()];
+            let inp = &mut inputs[row * t..(row + 1) * t];
+            let tgt = &mut targets[row * t..(row + 1) * t];
+            // a sample longer than T + 1 (a set loaded with a larger ctx) is cut to fit
+            let n = (s.tokens.len().saturating_sub(1)).min(t);
+            let pad = s.tokens.last().copied().unwrap_or(0);
+            for (i, (x, y)) in inp.iter_mut().zip(tgt.iter_mut()).enumerate() {
+                (*x, *y) = if i >= n {
+                    (pad, IGNORE)
+                } else if s.train[i + 1] {
+                    trained += 1;
+                    (s.tokens[i], s.tokens[i + 1])
+                } else {
+                    (s.tokens[i], IGNORE)
+                };
+            }
+        }
+        trained
+    }
+}
