@@ -55,6 +55,11 @@ pub struct StateHeader {
     /// The training batch generator's state.
     pub data_rng: u64,
     pub n_params: u64,
+    /// Fine-tuning's sample order: the epoch and the position in it (0 for `toy train`).
+    #[serde(default)]
+    pub data_epoch: usize,
+    #[serde(default)]
+    pub data_pos: usize,
 }
 
 #[derive(Clone, Debug, PartialEq)]

@@ -339,6 +339,8 @@ impl<'a> Session<'a> {
                 adam_t: self.opt.t,
                 data_rng: self.batcher.rng.state,
                 n_params: self.model.params.len() as u64,
+                data_epoch: 0,
+                data_pos: 0,
             },
             params: &self.model.params,
             m: &self.opt.m,

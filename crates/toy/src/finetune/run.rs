@@ -1,0 +1,249 @@
+//! `toy finetune`: a run in `runs/<id>/` as `toy train` makes (config.toml, events.jsonl,
+//! checkpoints, resume bit for bit, a stop on a non-finite loss), on a base GGUF and SFT data.
+//! LoRA runs checkpoint the adapter (llama.cpp's LoRA GGUF, `adapter.rs`) beside the optimizer
+//! state; full runs checkpoint the whole model as an f32 GGUF with the base's tokenizer.
+//! The validation figure is the mean negative log-likelihood of the held-out assistant tokens.
+
+use super::adapter::{LoraAdapter, LoraTensor};
+use super::recipe::{FinetuneRecipe, Method};
+use super::sft::{load_jsonl, SftBatcher, SftSet, IGNORE};
+use crate::chat_template::ChatTemplate;
+use crate::gguf::{GgufFile, Value};
+use crate::tokenizer::Tokenizer;
+use crate::train::checkpoint::{self, Fault, StateHeader, StateView};
+use crate::train::events::{now, Event, EventLog};
+use crate::train::run::RunDir;
+use crate::train::trainer::{Outcome, TrainRunError};
+use crate::train::{LoraSpec, TrainModel};
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Instant;
+use tinynn::optim::{clip_grad_norm, lr_at, AdamW, AdamWConfig};
+
+#[derive(Debug, thiserror::Error)]
+pub enum FinetuneError {
+    #[error(transparent)]
+    Run(#[from] TrainRunError),
+    #[error(transparent)]
+    Sft(#[from] super::sft::SftError),
+    #[error(transparent)]
+    Adapter(#[from] super::adapter::AdapterError),
+    #[error("base model {path}: {why}")]
+    Base { path: PathBuf, why: String },
+    #[error("{what}: no samples left to {use_}")]
+    Empty { what: String, use_: &'static str },
+}
+
+fn run_err(e: impl Into<TrainRunError>) -> FinetuneError {
+    FinetuneError::Run(e.into())
+}
+
+/// The base, its tokenizer and template, and the train / validation sets of a recipe.
+pub struct Loaded {
+    pub file: Arc<GgufFile>,
+    pub tok: Tokenizer,
+    pub train: SftSet,
+    pub val: SftSet,
+}
+
+pub fn load(recipe: &FinetuneRecipe) -> Result<Loaded, FinetuneError> {
+    let path = &recipe.base.model;
+    let base = |why: String| FinetuneError::Base { path: path.clone(), why };
+    let file = Arc::new(GgufFile::open(path).map_err(|e| base(e.to_string()))?);
+    let tok = Tokenizer::from_gguf(&file).map_err(|e| base(e.to_string()))?;
+    let template = ChatTemplate::from_gguf(&file, None).ok();
+    let (ctx, on_long) = (recipe.train.ctx, recipe.data.on_long);
+    let mut train = load_jsonl(&recipe.data.train, &tok, template.as_ref(), ctx, on_long)?;
+    let val = match &recipe.data.val {
+        Some(v) => load_jsonl(v, &tok, template.as_ref(), ctx, on_long)?,
+        None => {
+            let every = (1.0 / recipe.data.val_fraction).round().max(2.0) as usize;
+            let all = std::mem::take(&mut train.samples);
+            let (mut tr, mut va) = (Vec::new(), Vec::new());
+            for (i, s) in all.into_iter().enumerate() {
+                if i % every == every - 1 { va.push(s) } else { tr.push(s) }
+            }
+            train.samples = tr;
+            SftSet { samples: va, skipped_long: 0, truncated: 0, trainable_tokens: 0 }
+        }
+    };
+    for (set, what) in [(&train, "train"), (&val, "validation")] {
+        if set.samples.is_empty() {
+            return Err(FinetuneError::Empty { what: format!("{} ({what})", recipe.data.train.display()), use_: "train on" });
+        }
+    }
+    Ok(Loaded { file, tok, train, val })
+}
+
+/// The model a recipe fine-tunes, fresh or holding `params`.
+pub fn model(recipe: &FinetuneRecipe, file: &Arc<GgufFile>, params: Option<Vec<f32>>) -> Result<TrainModel, FinetuneError> {
+    let (ctx, b) = (recipe.train.ctx, recipe.train.batch);
+    let m = match recipe.finetune.method {
+        Method::Lora => {
+            let spec = LoraSpec { targets: recipe.targets(), rank: recipe.finetune.rank, scale: recipe.lora_scale(), seed: recipe.train.seed };
+            TrainModel::lora_on_base(file, ctx, b, &spec, params)
+        }
+        Method::Full => match params {
+            None => TrainModel::from_base(file, ctx, b),
+            Some(p) => crate::train::base_config(file, ctx).and_then(|c| TrainModel::from_params(c, b, p)),
+        },
+    };
+    m.map_err(run_err)
+}
+
+/// Mean negative log-likelihood of the trained (assistant) tokens of `set`, each sample once.
+pub fn eval_nll(model: &mut TrainModel, set: &SftSet) -> f32 {
+    let b = model.batch();
+    let (mut sum, mut count) = (0f64, 0usize);
+    for chunk in set.samples.chunks(b) {
+        let t = chunk.iter().map(|s| s.tokens.len() - 1).max().unwrap_or(1).max(1);
+        let (mut x, mut y) = (vec![0u32; chunk.len() * t], vec![IGNORE; chunk.len() * t]);
+        for (r, s) in chunk.iter().enumerate() {
+            for i in 0..s.tokens.len() - 1 {
+                x[r * t + i] = s.tokens[i];
+                y[r * t + i] = if s.train[i + 1] { s.tokens[i + 1] } else { IGNORE };
+            }
+        }
+        let n = y.iter().filter(|&&v| v != IGNORE).count();
+        if n > 0 {
+            sum += model.forward_loss(&x, &y, chunk.len(), t) as f64 * n as f64;
+            count += n;
+        }
+    }
+    (sum / count.max(1) as f64) as f32
+}
+
+/// Greedy reply (up to 32 tokens) to the first validation sample's prompt.
+fn sample(model: &mut TrainModel, tok: &Tokenizer, val: &SftSet) -> String {
+    let s = &val.samples[0];
+    let start = s.train.iter().position(|&t| t).unwrap_or(s.tokens.len());
+    let mut ids = s.tokens[..start].to_vec();
+    let ctx = model.cfg.ctx;
+    for _ in 0..32 {
+        let window = &ids[ids.len().saturating_sub(ctx)..];
+        let l = model.logits_last(window);
+        let next = (0..l.len()).max_by(|&a, &b| l[a].total_cmp(&l[b])).unwrap_or(0) as u32;
+        if tok.is_eog(next) {
+            break;
+        }
+        ids.push(next);
+    }
+    tok.decode(&ids[start..])
+}
+
+/// The adapters of a LoRA model, as llama.cpp's adapter file holds them (alpha = s * r, so
+/// llama.cpp's alpha / r is the trained scale, rsLoRA included).
+pub fn adapter_of(model: &TrainModel, recipe: &FinetuneRecipe, arch: &str) -> LoraAdapter {
+    let r = recipe.finetune.rank;
+    let infos = model.params_info();
+    let mut tensors = Vec::new();
+    for a in infos.iter().filter(|i| i.name.ends_with(".lora_a")) {
+        let base = a.name.trim_end_matches(".lora_a").to_string();
+        let b = infos.iter().find(|i| i.name == format!("{base}.lora_b")).expect("lora_b beside lora_a");
+        tensors.push(LoraTensor {
+            base,
+            n_in: a.dims[0] as usize,
+            n_out: b.dims[1] as usize,
+            rank: r,
+            a: model.params[a.range.clone()].to_vec(),
+            b: model.params[b.range.clone()].to_vec(),
+        });
+    }
+    LoraAdapter { arch: arch.to_string(), alpha: recipe.lora_scale() * r as f32, tensors }
+}
+
+/// Trains `recipe` in `run` (from its newest checkpoint when `resume`); events go to
+/// `events.jsonl` and to `observe`. Stops early after `stop_after` steps when given.
+pub fn finetune(
+    run: &RunDir,
+    recipe: &FinetuneRecipe,
+    resume: bool,
+    stop_after: Option<usize>,
+    observe: &mut dyn FnMut(&Event),
+) -> Result<Outcome, FinetuneError> {
+    let d = load(recipe)?;
+    let (b, t, accum) = (recipe.train.batch, recipe.train.ctx, recipe.train.grad_accum);
+    let o = &recipe.optim;
+    let adam = AdamWConfig { beta1: o.beta1, beta2: o.beta2, eps: o.eps, weight_decay: o.weight_decay };
+    let n = d.train.samples.len();
+    let (mut model, mut opt, mut batcher, start) = if resume {
+        let (step, path) = checkpoint::latest(&run.path).map_err(run_err)?;
+        let s = checkpoint::load_state(&path).map_err(run_err)?;
+        let h = &s.header;
+        let batcher = SftBatcher::from_state(n, (h.data_rng, h.data_epoch, h.data_pos), b, t);
+        let mut opt = AdamW::new(s.params.len(), adam);
+        (opt.m, opt.v, opt.t) = (s.m, s.v, h.adam_t);
+        (model(recipe, &d.file, Some(s.params))?, opt, batcher, step)
+    } else {
+        let m = model(recipe, &d.file, None)?;
+        let opt = AdamW::new(m.params.len(), adam);
+        (m, opt, SftBatcher::new(n, recipe.train.seed ^ 0x5F7, b, t), 0)
+    };
+    let (decay, frozen) = (model.decay_ranges(), model.frozen_ranges());
+    let events = run.events_path();
+    let mut log = EventLog::append(&events).map_err(|source| run_err(TrainRunError::Io { path: events.clone(), source }))?;
+    let mut emit = |e: Event| -> Result<(), FinetuneError> {
+        log.write(&e).map_err(|source| run_err(TrainRunError::Io { path: events.clone(), source }))?;
+        observe(&e);
+        Ok(())
+    };
+    emit(Event::RunStart { config: serde_json::to_value(recipe).unwrap_or_default(), time: now(), start_step: start })?;
+    if start == 0 {
+        let val_loss = eval_nll(&mut model, &d.val);
+        emit(Event::Eval { step: 0, val_loss, sample: sample(&mut model, &d.tok, &d.val) })?;
+    }
+    let (mut x, mut y) = (vec![0u32; b * t], vec![0u32; b * t]);
+    let (mut last_loss, mut last_ckpt) = (f32::NAN, None);
+    let arch = d.file.architecture().unwrap_or("llama").to_string();
+    let total = recipe.train.steps;
+    for step in start + 1..=total {
+        let t0 = Instant::now();
+        model.zero_grad();
+        let (mut loss, mut tokens) = (0.0, 0);
+        for _ in 0..accum {
+            tokens += batcher.next(&d.train, &mut x, &mut y);
+            loss += model.forward_backward_scaled(&x, &y, b, t, 1.0 / accum as f32) / accum as f32;
+        }
+        for r in &frozen {
+            model.grads[r.clone()].fill(0.0);
+        }
+        let grad_norm = clip_grad_norm(&mut model.grads, o.grad_clip);
+        if !loss.is_finite() || !grad_norm.is_finite() {
+            let status = format!("failed: the training loss is {loss} (gradient norm {grad_norm}) at step {step}");
+            emit(Event::RunEnd { step, status })?;
+            return Err(run_err(TrainRunError::NonFinite { what: "the training loss", value: loss, step, last_checkpoint: last_ckpt }));
+        }
+        let lr = lr_at(step - 1, o.warmup, total, o.lr, o.min_lr);
+        opt.step(&mut model.params, &model.grads, lr, &decay);
+        last_loss = loss;
+        // tokens/s counts every position processed, as `toy train` does; `tokens` are the trained ones
+        let tok_s = (b * t * accum) as f64 / t0.elapsed().as_secs_f64().max(1e-9);
+        let _ = tokens;
+        emit(Event::Step { step, loss, lr, grad_norm, tok_s, time: now() })?;
+        if step % recipe.eval.interval == 0 || step == total {
+            let val_loss = eval_nll(&mut model, &d.val);
+            emit(Event::Eval { step, val_loss, sample: sample(&mut model, &d.tok, &d.val) })?;
+        }
+        if step % recipe.checkpoint.interval == 0 || step == total {
+            let gguf = run.path.join(checkpoint::gguf_name(step));
+            match recipe.finetune.method {
+                Method::Lora => adapter_of(&model, recipe, &arch).write(&gguf)?,
+                Method::Full => {
+                    let kv: Vec<(String, Value)> = d.file.metadata.iter().filter(|(k, _)| k.starts_with("tokenizer.")).cloned().collect();
+                    crate::train::export::to_gguf(&model, &kv, &recipe.name).and_then(|w| w.write_file(&gguf)).map_err(run_err)?;
+                }
+            }
+            let (rng, epoch, pos) = batcher.state();
+            let header = StateHeader { step, adam_t: opt.t, data_rng: rng, n_params: model.params.len() as u64, data_epoch: epoch, data_pos: pos };
+            let view = StateView { header, params: &model.params, m: &opt.m, v: &opt.v };
+            checkpoint::save_state(&run.path.join(checkpoint::state_name(step)), &view, Fault::None).map_err(run_err)?;
+            last_ckpt = Some(gguf.clone());
+            emit(Event::Checkpoint { step, path: gguf.display().to_string() })?;
+        }
+        if stop_after == Some(step) && step < total {
+            return Ok(Outcome { steps_done: step, last_loss, last_checkpoint: last_ckpt, finished: false });
+        }
+    }
+    emit(Event::RunEnd { step: total, status: "done".into() })?;
+    Ok(Outcome { steps_done: total, last_loss, last_checkpoint: last_ckpt, finished: true })
+}
