@@ -2,3 +2,6 @@
 //! arXiv 2106.09685; rsLoRA, Kalajdzievski 2023, arXiv 2312.03732) on a frozen base kept in
 //! its stored weight type, or a full fine-tune in f32; chat SFT data with the loss on the
 //! assistant turns only; adapters as llama.cpp's LoRA GGUF (`llama-adapter.cpp`), and merging.
+
+pub mod adapter;
+pub mod merge;
