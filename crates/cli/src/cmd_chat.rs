@@ -2,7 +2,7 @@
 //! chat template every turn; the KV cache keeps the shared prefix, so each turn only
 //! prefills what is new. `/reset` clears the history, `/quit` (or end of input) leaves.
 
-use crate::common::{load, ModelArgs, SamplingArgs};
+use crate::common::{load_with_lora, LoraArgs, ModelArgs, SamplingArgs};
 use anyhow::{Context, Result};
 use std::io::{BufRead, Write};
 use std::path::PathBuf;
@@ -13,6 +13,8 @@ use toy::infer::generate::{generate, GenerateOptions};
 pub struct Args {
     #[command(flatten)]
     model: ModelArgs,
+    #[command(flatten)]
+    lora: LoraArgs,
     /// A system message to open the chat with.
     #[arg(long)]
     system: Option<String>,
@@ -33,7 +35,7 @@ fn common_prefix(a: &[u32], b: &[u32]) -> usize {
 }
 
 pub fn run(a: Args) -> Result<()> {
-    let (model, tok) = load(&a.model)?;
+    let (model, tok) = load_with_lora(&a.model, &a.lora)?;
     let source = match &a.chat_template {
         Some(p) => {
             Some(std::fs::read_to_string(p).with_context(|| format!("reading '{}'", p.display()))?)

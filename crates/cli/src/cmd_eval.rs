@@ -1,6 +1,6 @@
 //! `toy eval`: perplexity of a text file, by llama-perplexity's method.
 
-use crate::common::{load, ModelArgs};
+use crate::common::{load_with_lora, LoraArgs, ModelArgs};
 use anyhow::{Context, Result};
 use indicatif::{ProgressBar, ProgressStyle};
 use std::path::PathBuf;
@@ -16,6 +16,8 @@ pub enum EvalCmd {
 pub struct PplArgs {
     #[command(flatten)]
     model: ModelArgs,
+    #[command(flatten)]
+    lora: LoraArgs,
     /// Text file to evaluate.
     #[arg(short = 'f', long)]
     file: PathBuf,
@@ -28,7 +30,7 @@ pub struct PplArgs {
 
 pub fn run(c: EvalCmd) -> Result<()> {
     let EvalCmd::Ppl(a) = c;
-    let (model, tok) = load(&a.model)?;
+    let (model, tok) = load_with_lora(&a.model, &a.lora)?;
     let text = std::fs::read_to_string(&a.file)
         .with_context(|| format!("reading '{}'", a.file.display()))?;
     let ids = tok.encode(&text, true)?;

@@ -1,6 +1,6 @@
 //! `toy generate`: text after a prompt, streamed to stdout, or one JSON object.
 
-use crate::common::{load, ModelArgs, SamplingArgs};
+use crate::common::{load_with_lora, LoraArgs, ModelArgs, SamplingArgs};
 use anyhow::Result;
 use std::io::Write;
 use toy::infer::generate::{generate, GenerateOptions};
@@ -9,6 +9,8 @@ use toy::infer::generate::{generate, GenerateOptions};
 pub struct Args {
     #[command(flatten)]
     model: ModelArgs,
+    #[command(flatten)]
+    lora: LoraArgs,
     /// The prompt.
     #[arg(short = 'p', long)]
     prompt: String,
@@ -29,7 +31,7 @@ pub struct Args {
 }
 
 pub fn run(a: Args) -> Result<()> {
-    let (model, tok) = load(&a.model)?;
+    let (model, tok) = load_with_lora(&a.model, &a.lora)?;
     let ids = tok.encode(&a.prompt, true)?;
     let mut state = model.new_state(a.ctx, 512);
     let opts = GenerateOptions {

@@ -17,19 +17,22 @@ pub struct Args {
     ty: String,
 }
 
-pub fn run(a: Args) -> Result<()> {
-    let name = a.ty.to_ascii_uppercase();
+/// A target type by llama-quantize's name ("Q4_K_M" is Q4_K).
+pub fn parse_type(s: &str) -> Result<GgmlType> {
+    let name = s.to_ascii_uppercase();
     let base = name
         .strip_suffix("_M")
         .or_else(|| name.strip_suffix("_S"))
         .filter(|b| b.ends_with("_K"))
         .unwrap_or(&name);
     let Some(ty) = GgmlType::from_name(base) else {
-        bail!(
-            "unknown type '{}': expected one of F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q4_K, Q6_K",
-            a.ty
-        );
+        bail!("unknown type '{s}': expected one of F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q4_K, Q6_K");
     };
+    Ok(ty)
+}
+
+pub fn run(a: Args) -> Result<()> {
+    let ty = parse_type(&a.ty)?;
     if a.input == a.output {
         bail!("input and output are the same file '{}'", a.input.display());
     }

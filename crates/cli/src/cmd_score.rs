@@ -1,6 +1,6 @@
 //! `toy score`: teacher-forced log-probabilities of a continuation after a prompt.
 
-use crate::common::{load, parse_ids, ModelArgs};
+use crate::common::{load_with_lora, parse_ids, LoraArgs, ModelArgs};
 use anyhow::{bail, Result};
 use toy::eval::score::score;
 
@@ -8,6 +8,8 @@ use toy::eval::score::score;
 pub struct Args {
     #[command(flatten)]
     model: ModelArgs,
+    #[command(flatten)]
+    lora: LoraArgs,
     /// Prompt token ids, comma-separated.
     #[arg(long, conflicts_with = "prompt")]
     prompt_ids: Option<String>,
@@ -28,7 +30,7 @@ pub struct Args {
 }
 
 pub fn run(a: Args) -> Result<()> {
-    let (model, tok) = load(&a.model)?;
+    let (model, tok) = load_with_lora(&a.model, &a.lora)?;
     let ids = |ids: &Option<String>, text: &Option<String>, what: &str| -> Result<Vec<u32>> {
         match (ids, text) {
             (Some(s), _) => parse_ids(s),

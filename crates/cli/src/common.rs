@@ -4,6 +4,8 @@ use anyhow::{bail, Context, Result};
 use clap::Args;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
+use toy::finetune::adapter::LoraAdapter;
+use toy::finetune::merge::merged_gguf;
 use toy::gguf::GgufFile;
 use toy::infer::sampler::SamplerConfig;
 use toy::model::Model;
@@ -40,11 +42,57 @@ pub fn open_gguf(path: &Path) -> Result<Arc<GgufFile>> {
 
 /// The model and its tokenizer.
 pub fn load(args: &ModelArgs) -> Result<(Model, Tokenizer)> {
-    let f = args.gguf()?;
+    load_with_lora(args, &LoraArgs::default())
+}
+
+/// `--lora FILE[:SCALE]`, repeatable: adapters merged into the model as it loads.
+#[derive(Args, Clone, Debug, Default)]
+pub struct LoraArgs {
+    /// LoRA adapter (llama.cpp's GGUF) to apply, with an optional scale (default 1);
+    /// repeatable. The adapted matrices are merged in f32 at load.
+    #[arg(long = "lora", value_name = "FILE[:SCALE]", value_parser = parse_lora)]
+    pub lora: Vec<(PathBuf, f32)>,
+}
+
+/// "FILE" or "FILE:SCALE" (a suffix that is not a number is part of the file name).
+fn parse_lora(s: &str) -> Result<(PathBuf, f32), String> {
+    if let Some((file, scale)) = s.rsplit_once(':') {
+        if let Ok(v) = scale.trim().parse::<f32>() {
+            if file.is_empty() || !v.is_finite() {
+                return Err(format!("'{s}': expected FILE[:SCALE] with a finite scale"));
+            }
+            return Ok((PathBuf::from(file), v));
+        }
+    }
+    Ok((PathBuf::from(s), 1.0))
+}
+
+/// The model with `lora`'s adapters merged in, and its tokenizer.
+pub fn load_with_lora(args: &ModelArgs, lora: &LoraArgs) -> Result<(Model, Tokenizer)> {
+    let mut f = args.gguf()?;
     let tok = Tokenizer::from_gguf(&f)
         .with_context(|| format!("tokenizer of '{}'", args.model.display()))?;
     // the tokenizer's temporary tables go back before the weights are read (and repacked)
     release_freed_memory();
+    if !lora.lora.is_empty() {
+        let adapters = lora
+            .lora
+            .iter()
+            .map(|(p, s)| {
+                let a = LoraAdapter::read(p)
+                    .with_context(|| format!("reading adapter '{}'", p.display()))?;
+                a.check_base(&f).with_context(|| {
+                    let (p, m) = (p.display(), args.model.display());
+                    format!("adapter '{p}' does not fit model '{m}'")
+                })?;
+                Ok((a, *s))
+            })
+            .collect::<Result<Vec<_>>>()?;
+        let refs: Vec<(&LoraAdapter, f32)> = adapters.iter().map(|(a, s)| (a, *s)).collect();
+        let merged = merged_gguf(&f, &refs)
+            .with_context(|| format!("applying --lora to '{}'", args.model.display()))?;
+        f = Arc::new(merged);
+    }
     let model =
         Model::from_gguf(f).with_context(|| format!("loading '{}'", args.model.display()))?;
     release_freed_memory();

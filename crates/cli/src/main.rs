@@ -7,6 +7,7 @@ mod cmd_data;
 mod cmd_eval;
 mod cmd_generate;
 mod cmd_inspect;
+mod cmd_merge;
 mod cmd_plot;
 mod cmd_quantize;
 mod cmd_runs;
@@ -53,6 +54,8 @@ enum Cmd {
     Template(cmd_template::Args),
     /// Rewrite a model with its matrices in another weight type.
     Quantize(cmd_quantize::Args),
+    /// Merge a LoRA adapter into its base model.
+    Merge(cmd_merge::Args),
     /// Measure prefill and decode speed (as llama-bench).
     Bench(cmd_bench::Args),
     /// Prepare training data.
@@ -119,6 +122,7 @@ fn run(cmd: Cmd) -> anyhow::Result<()> {
         Cmd::Eval(c) => cmd_eval::run(c),
         Cmd::Template(a) => cmd_template::run(a),
         Cmd::Quantize(a) => cmd_quantize::run(a),
+        Cmd::Merge(a) => cmd_merge::run(a),
         Cmd::Bench(a) => cmd_bench::run(a),
         Cmd::Data(c) => cmd_data::run(c),
         Cmd::Train(a) => cmd_train::run(a),

@@ -3,5 +3,9 @@
 //! its stored weight type, or a full fine-tune in f32; chat SFT data with the loss on the
 //! assistant turns only; adapters as llama.cpp's LoRA GGUF (`llama-adapter.cpp`), and merging.
 
+pub mod adapter;
+pub mod merge;
+pub mod recipe;
+pub mod run;
 pub mod sft;
 mod sft_batch;

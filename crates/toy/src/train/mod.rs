@@ -32,6 +32,7 @@ pub mod run;
 pub mod trainer;
 
 pub use config::{HybridConfig, MixerKind, ModelConfig, TrainArch, TrainError};
+pub use base::config_from_gguf as base_config;
 pub use model::{LoraSpec, TrainModel};
 pub use params::ParamInfo;
 

@@ -1,0 +1,138 @@
+//! End-to-end tests of LoRA in the `toy` binary on SmolLM2-135M-Instruct Q4_1: `--lora` on
+//! `toy score` against `toy merge` then `toy score` on the merged file, `--lora FILE:SCALE`,
+//! `toy merge --type`, and adapters that do not fit failing with one clear error line.
+//! The adapters are random (B nonzero), written with toy's adapter API in llama.cpp's
+//! format (`src/llama-adapter.cpp`).
+
+mod common;
+
+use common::*;
+use std::path::Path;
+use toy::finetune::adapter::{LoraAdapter, LoraTensor};
+use toy::gguf::GgufFile;
+
+const PROMPT: &str = "The capital of France is";
+const CONT: &str = " Paris, a city of lights and of many museums.";
+
+/// Rank-4 adapter on attn_q and ffn_down of layers 0..3 of the default model.
+fn random_adapter(path: &Path, arch: &str) {
+    let mut seed = 0x2545_f491_4f6c_dd1du64;
+    let mut next = move || {
+        seed ^= seed << 13;
+        seed ^= seed >> 7;
+        seed ^= seed << 17;
+        0.1 * ((seed >> 40) as f32 / (1u64 << 23) as f32 - 1.0)
+    };
+    let base = GgufFile::open(&model_path()).expect("model");
+    let mut tensors = Vec::new();
+    for l in 0..3 {
+        for m in ["attn_q", "ffn_down"] {
+            let name = format!("blk.{l}.{m}.weight");
+            let t = base.tensor(&name).expect("base tensor");
+            let (n_in, n_out, rank) = (t.dims[0] as usize, t.dims[1] as usize, 4);
+            tensors.push(LoraTensor {
+                base: name,
+                n_in,
+                n_out,
+                rank,
+                a: (0..rank * n_in).map(|_| next()).collect(),
+                b: (0..n_out * rank).map(|_| next()).collect(),
+            });
+        }
+    }
+    let ad = LoraAdapter {
+        arch: arch.into(),
+        alpha: 8.0,
+        tensors,
+    };
+    ad.write(path).expect("write adapter");
+}
+
+fn logprobs(m: &str, extra: &[&str]) -> Vec<f64> {
+    let mut args = vec!["score", "-m", m, "--prompt", PROMPT, "--continuation", CONT];
+    args.extend_from_slice(extra);
+    args.extend_from_slice(&["--top", "1", "--json"]);
+    let v = toy_json(&args);
+    v["tokens"]
+        .as_array()
+        .expect("tokens")
+        .iter()
+        .map(|t| t["logprob"].as_f64().expect("logprob"))
+        .collect()
+}
+
+fn max_diff(a: &[f64], b: &[f64]) -> f64 {
+    assert_eq!(a.len(), b.len());
+    a.iter().zip(b).fold(0f64, |m, (x, y)| m.max((x - y).abs()))
+}
+
+#[test]
+fn score_with_lora_equals_score_of_the_merged_model() {
+    let dir = TempDir::new("lora_score");
+    let ad = dir.path("a.gguf");
+    random_adapter(&ad, "llama");
+    let (m, ad) = (model(), arg(&ad));
+    let merged = dir.path("merged.gguf");
+    toy_ok(&["merge", &m, &ad, &arg(&merged), "--scale", "0.5"]);
+    let with_lora = logprobs(&m, &["--lora", &format!("{ad}:0.5")]);
+    let of_merged = logprobs(&arg(&merged), &[]);
+    let d = max_diff(&with_lora, &of_merged);
+    assert!(d < 1e-4, "--lora vs merged: max |dlogprob| {d}");
+    let plain = logprobs(&m, &[]);
+    let d = max_diff(&with_lora, &plain);
+    assert!(d > 1e-2, "the adapter moves the log-probs by only {d}");
+    // a scale of 0 is the base model
+    let zero = logprobs(&m, &["--lora", &format!("{ad}:0")]);
+    assert!(max_diff(&zero, &plain) < 1e-4);
+}
+
+#[test]
+fn merge_with_type_requantizes_the_merged_matrices() {
+    let dir = TempDir::new("lora_merge_type");
+    let ad = dir.path("a.gguf");
+    random_adapter(&ad, "llama");
+    let out = dir.path("merged-q8.gguf");
+    toy_ok(&["merge", &model(), &arg(&ad), &arg(&out), "--type", "Q8_0"]);
+    let f = GgufFile::open(&out).expect("merged");
+    let t = f.tensor("blk.0.attn_q.weight").expect("tensor");
+    assert_eq!(t.ty.to_string(), "Q8_0");
+    let out_f32 = dir.path("merged-f32.gguf");
+    toy_ok(&["merge", &model(), &arg(&ad), &arg(&out_f32)]);
+    let f = GgufFile::open(&out_f32).expect("merged");
+    assert_eq!(
+        f.tensor("blk.0.attn_q.weight").expect("q").ty.to_string(),
+        "F32"
+    );
+    assert_eq!(
+        f.tensor("blk.5.attn_q.weight").expect("q").ty.to_string(),
+        "Q4_1"
+    );
+}
+
+#[test]
+fn adapter_that_does_not_fit_fails_with_one_error_line() {
+    let dir = TempDir::new("lora_bad");
+    let other = dir.path("qwen2.gguf");
+    random_adapter(&other, "qwen2");
+    let p = arg(&other);
+    let e = toy_err(&[
+        "score",
+        "-m",
+        &model(),
+        "--prompt",
+        "a",
+        "--continuation",
+        "b",
+        "--lora",
+        &p,
+    ]);
+    assert!(
+        e.contains(&p) && e.contains("qwen2") && e.contains("llama"),
+        "{e}"
+    );
+    let e = toy_err(&["merge", &model(), &p, &arg(&dir.path("out.gguf"))]);
+    assert!(e.contains("qwen2"), "{e}");
+    // a model is not an adapter
+    let e = toy_err(&["generate", "-m", &model(), "-p", "hi", "--lora", &model()]);
+    assert!(e.contains("not a lora adapter"), "{e}");
+}
