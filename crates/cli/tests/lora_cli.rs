@@ -79,11 +79,11 @@ fn score_with_lora_equals_score_of_the_merged_model() {
     let d = max_diff(&with_lora, &of_merged);
     assert!(d < 1e-4, "--lora vs merged: max |dlogprob| {d}");
     let plain = logprobs(&m, &[]);
-    let d = max_diff(&with_lora, &plain);
-    assert!(d > 1e-2, "the adapter moves the log-probs by only {d}");
-    // a scale of 0 is the base model
-    let zero = logprobs(&m, &["--lora", &format!("{ad}:0")]);
-    assert!(max_diff(&zero, &plain) < 1e-4);
+    let effect = max_diff(&with_lora, &plain);
+    assert!(
+        effect > 0.1,
+        "the adapter moves the log-probs by only {effect}"
+    );
 }
 
 #[test]

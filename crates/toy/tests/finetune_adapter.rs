@@ -160,10 +160,13 @@ fn merged_model_equals_naive_merge_and_lora_at_load() {
     let from_file = logits(&Model::open(&p).expect("merged model"));
     assert!(max_diff(&from_file, &at_load) < 1e-6);
 
-    // and the adapter matters
+    // and the adapter matters; at scale 0 it is the base model again
+    let zero = merged_gguf(&base, &[(&ad, 0.0)]).expect("merge");
+    let zero = logits(&Model::from_gguf(Arc::new(zero)).expect("model"));
     let plain = logits(&Model::from_gguf(Arc::new(base)).expect("base"));
     let d = max_diff(&plain, &reference);
     assert!(d > 1e-2, "adapter changes the logits by only {d}");
+    assert_eq!(zero, plain);
 }
 
 #[test]

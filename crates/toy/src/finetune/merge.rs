@@ -4,7 +4,9 @@
 //! `--lora FILE:SCALE`). The merged matrices are written F32 and every other tensor keeps
 //! its stored type and bytes; `toy merge --type T` re-quantizes the result with
 //! [`crate::quantize::quantize_model`]. Loading a model with `--lora` is this merge done in
-//! memory, so the two give the same logits by construction.
+//! memory, so the two give the same logits by construction. On a quantized base the adapted
+//! matrices then run through the f32 kernel instead of the integer one (which rounds the
+//! activations to q8), so even a scale of 0 moves a Q4_1 SmolLM2's log-probs by ~0.1.
 //!
 //! Letters: r the rank, K = n_in, N = n_out; W is (N, K) row-major == ggml dims [K, N].
 
