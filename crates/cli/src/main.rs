@@ -5,6 +5,7 @@ mod cmd_bench;
 mod cmd_chat;
 mod cmd_data;
 mod cmd_eval;
+mod cmd_finetune;
 mod cmd_generate;
 mod cmd_inspect;
 mod cmd_merge;
@@ -54,6 +55,8 @@ enum Cmd {
     Template(cmd_template::Args),
     /// Rewrite a model with its matrices in another weight type.
     Quantize(cmd_quantize::Args),
+    /// Fine-tune a GGUF (LoRA on the stored weights, or full) on chat SFT data, or resume.
+    Finetune(cmd_finetune::Args),
     /// Merge a LoRA adapter into its base model.
     Merge(cmd_merge::Args),
     /// Measure prefill and decode speed (as llama-bench).
@@ -122,6 +125,7 @@ fn run(cmd: Cmd) -> anyhow::Result<()> {
         Cmd::Eval(c) => cmd_eval::run(c),
         Cmd::Template(a) => cmd_template::run(a),
         Cmd::Quantize(a) => cmd_quantize::run(a),
+        Cmd::Finetune(a) => cmd_finetune::run(a),
         Cmd::Merge(a) => cmd_merge::run(a),
         Cmd::Bench(a) => cmd_bench::run(a),
         Cmd::Data(c) => cmd_data::run(c),

@@ -10,7 +10,13 @@ use std::path::{Path, PathBuf};
 
 /// Every linear product of a llama block, as GGUF names its parts.
 pub const ALL_LINEAR: [&str; 7] = [
-    "attn_q", "attn_k", "attn_v", "attn_output", "ffn_gate", "ffn_up", "ffn_down",
+    "attn_q",
+    "attn_k",
+    "attn_v",
+    "attn_output",
+    "ffn_gate",
+    "ffn_up",
+    "ffn_down",
 ];
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -118,7 +124,10 @@ impl FinetuneRecipe {
             source,
         })?;
         let what = path.display().to_string();
-        let parse_err = |message: String| RecipeError::Parse { what: what.clone(), message };
+        let parse_err = |message: String| RecipeError::Parse {
+            what: what.clone(),
+            message,
+        };
         let mut table: toml::Table = toml::from_str(&text).map_err(|e| parse_err(e.to_string()))?;
         for o in overrides {
             apply_override(&mut table, o)?;
@@ -157,7 +166,9 @@ impl FinetuneRecipe {
         let f = &self.finetune;
         if let Targets::Named(n) = &f.targets {
             if n != "all-linear" {
-                return bad(format!("finetune.targets = {n:?}: expected \"all-linear\" or a list of {ALL_LINEAR:?}"));
+                return bad(format!(
+                    "finetune.targets = {n:?}: expected \"all-linear\" or a list of {ALL_LINEAR:?}"
+                ));
             }
         }
         for t in self.targets() {
@@ -167,20 +178,37 @@ impl FinetuneRecipe {
                 } else {
                     ""
                 };
-                return bad(format!("finetune.targets: no part {t:?}{why}; expected some of {ALL_LINEAR:?}"));
+                return bad(format!(
+                    "finetune.targets: no part {t:?}{why}; expected some of {ALL_LINEAR:?}"
+                ));
             }
         }
         if f.dropout != 0.0 {
-            return bad(format!("finetune.dropout = {}: LoRA dropout is not implemented yet, use 0", f.dropout));
+            return bad(format!(
+                "finetune.dropout = {}: LoRA dropout is not implemented yet, use 0",
+                f.dropout
+            ));
         }
         let t = &self.train;
-        for (k, v) in [("train.ctx", t.ctx), ("train.batch", t.batch), ("train.steps", t.steps), ("train.grad_accum", t.grad_accum), ("eval.interval", self.eval.interval), ("checkpoint.interval", self.checkpoint.interval)] {
+        for (k, v) in [
+            ("train.ctx", t.ctx),
+            ("train.batch", t.batch),
+            ("train.steps", t.steps),
+            ("train.grad_accum", t.grad_accum),
+            ("eval.interval", self.eval.interval),
+            ("checkpoint.interval", self.checkpoint.interval),
+        ] {
             if v == 0 {
                 return bad(format!("{k} must be at least 1"));
             }
         }
-        if !(self.data.val_fraction > 0.0 && self.data.val_fraction < 1.0) && self.data.val.is_none() {
-            return bad(format!("data.val_fraction = {}: expected 0 < f < 1", self.data.val_fraction));
+        if !(self.data.val_fraction > 0.0 && self.data.val_fraction < 1.0)
+            && self.data.val.is_none()
+        {
+            return bad(format!(
+                "data.val_fraction = {}: expected 0 < f < 1",
+                self.data.val_fraction
+            ));
         }
         Ok(())
     }

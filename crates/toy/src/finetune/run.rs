@@ -48,7 +48,10 @@ pub struct Loaded {
 
 pub fn load(recipe: &FinetuneRecipe) -> Result<Loaded, FinetuneError> {
     let path = &recipe.base.model;
-    let base = |why: String| FinetuneError::Base { path: path.clone(), why };
+    let base = |why: String| FinetuneError::Base {
+        path: path.clone(),
+        why,
+    };
     let file = Arc::new(GgufFile::open(path).map_err(|e| base(e.to_string()))?);
     let tok = Tokenizer::from_gguf(&file).map_err(|e| base(e.to_string()))?;
     let template = ChatTemplate::from_gguf(&file, None).ok();
@@ -61,34 +64,75 @@ pub fn load(recipe: &FinetuneRecipe) -> Result<Loaded, FinetuneError> {
             let all = std::mem::take(&mut train.samples);
             let (mut tr, mut va) = (Vec::new(), Vec::new());
             for (i, s) in all.into_iter().enumerate() {
-                if i % every == every - 1 { va.push(s) } else { tr.push(s) }
+                if i % every == every - 1 {
+                    va.push(s)
+                } else {
+                    tr.push(s)
+                }
             }
             train.samples = tr;
-            SftSet { samples: va, skipped_long: 0, truncated: 0, trainable_tokens: 0 }
+            SftSet {
+                samples: va,
+                skipped_long: 0,
+                truncated: 0,
+                trainable_tokens: 0,
+            }
         }
     };
     for (set, what) in [(&train, "train"), (&val, "validation")] {
         if set.samples.is_empty() {
-            return Err(FinetuneError::Empty { what: format!("{} ({what})", recipe.data.train.display()), use_: "train on" });
+            return Err(FinetuneError::Empty {
+                what: format!("{} ({what})", recipe.data.train.display()),
+                use_: "train on",
+            });
         }
     }
-    Ok(Loaded { file, tok, train, val })
+    Ok(Loaded {
+        file,
+        tok,
+        train,
+        val,
+    })
 }
 
 /// The model a recipe fine-tunes, fresh or holding `params`.
-pub fn model(recipe: &FinetuneRecipe, file: &Arc<GgufFile>, params: Option<Vec<f32>>) -> Result<TrainModel, FinetuneError> {
+pub fn model(
+    recipe: &FinetuneRecipe,
+    file: &Arc<GgufFile>,
+    params: Option<Vec<f32>>,
+) -> Result<TrainModel, FinetuneError> {
     let (ctx, b) = (recipe.train.ctx, recipe.train.batch);
     let m = match recipe.finetune.method {
         Method::Lora => {
-            let spec = LoraSpec { targets: recipe.targets(), rank: recipe.finetune.rank, scale: recipe.lora_scale(), seed: recipe.train.seed };
+            let spec = LoraSpec {
+                targets: recipe.targets(),
+                rank: recipe.finetune.rank,
+                scale: recipe.lora_scale(),
+                seed: recipe.train.seed,
+            };
             TrainModel::lora_on_base(file, ctx, b, &spec, params)
         }
         Method::Full => match params {
             None => TrainModel::from_base(file, ctx, b),
-            Some(p) => crate::train::base_config(file, ctx).and_then(|c| TrainModel::from_params(c, b, p)),
+            Some(p) => {
+                crate::train::base_config(file, ctx).and_then(|c| TrainModel::from_params(c, b, p))
+            }
         },
     };
     m.map_err(run_err)
+}
+
+/// Cuts the (B, T) batch to (B, T') with T' just past the last trained target of any row
+/// (the rest is padding, which carries no loss and, causally, changes nothing before it);
+/// returns T'.
+fn compact(x: &mut [u32], y: &mut [u32], b: usize, t: usize) -> usize {
+    let last = |r: usize| y[r * t..(r + 1) * t].iter().rposition(|&v| v != IGNORE);
+    let te = (0..b).filter_map(last).max().map_or(1, |i| i + 1);
+    for r in 1..b {
+        x.copy_within(r * t..r * t + te, r * te);
+        y.copy_within(r * t..r * t + te, r * te);
+    }
+    te
 }
 
 /// Mean negative log-likelihood of the trained (assistant) tokens of `set`, each sample once.
@@ -96,12 +140,21 @@ pub fn eval_nll(model: &mut TrainModel, set: &SftSet) -> f32 {
     let b = model.batch();
     let (mut sum, mut count) = (0f64, 0usize);
     for chunk in set.samples.chunks(b) {
-        let t = chunk.iter().map(|s| s.tokens.len() - 1).max().unwrap_or(1).max(1);
+        let t = chunk
+            .iter()
+            .map(|s| s.tokens.len() - 1)
+            .max()
+            .unwrap_or(1)
+            .max(1);
         let (mut x, mut y) = (vec![0u32; chunk.len() * t], vec![IGNORE; chunk.len() * t]);
         for (r, s) in chunk.iter().enumerate() {
             for i in 0..s.tokens.len() - 1 {
                 x[r * t + i] = s.tokens[i];
-                y[r * t + i] = if s.train[i + 1] { s.tokens[i + 1] } else { IGNORE };
+                y[r * t + i] = if s.train[i + 1] {
+                    s.tokens[i + 1]
+                } else {
+                    IGNORE
+                };
             }
         }
         let n = y.iter().filter(|&&v| v != IGNORE).count();
@@ -122,7 +175,9 @@ fn sample(model: &mut TrainModel, tok: &Tokenizer, val: &SftSet) -> String {
     for _ in 0..32 {
         let window = &ids[ids.len().saturating_sub(ctx)..];
         let l = model.logits_last(window);
-        let next = (0..l.len()).max_by(|&a, &b| l[a].total_cmp(&l[b])).unwrap_or(0) as u32;
+        let next = (0..l.len())
+            .max_by(|&a, &b| l[a].total_cmp(&l[b]))
+            .unwrap_or(0) as u32;
         if tok.is_eog(next) {
             break;
         }
@@ -139,7 +194,10 @@ pub fn adapter_of(model: &TrainModel, recipe: &FinetuneRecipe, arch: &str) -> Lo
     let mut tensors = Vec::new();
     for a in infos.iter().filter(|i| i.name.ends_with(".lora_a")) {
         let base = a.name.trim_end_matches(".lora_a").to_string();
-        let b = infos.iter().find(|i| i.name == format!("{base}.lora_b")).expect("lora_b beside lora_a");
+        let b = infos
+            .iter()
+            .find(|i| i.name == format!("{base}.lora_b"))
+            .expect("lora_b beside lora_a");
         tensors.push(LoraTensor {
             base,
             n_in: a.dims[0] as usize,
@@ -149,22 +207,58 @@ pub fn adapter_of(model: &TrainModel, recipe: &FinetuneRecipe, arch: &str) -> Lo
             b: model.params[b.range.clone()].to_vec(),
         });
     }
-    LoraAdapter { arch: arch.to_string(), alpha: recipe.lora_scale() * r as f32, tensors }
+    LoraAdapter {
+        arch: arch.to_string(),
+        alpha: recipe.lora_scale() * r as f32,
+        tensors,
+    }
+}
+
+/// What a run does besides training, for tests and benchmarks.
+#[derive(Clone, Debug, Default)]
+pub struct Hooks {
+    /// Stop after this many steps (as an interruption would).
+    pub stop_after: Option<usize>,
+    /// Append every micro-batch as one JSON line `{"step","b","t","inputs","targets"}`
+    /// (targets `null` where no loss), so another trainer can replay the same data.
+    pub dump_batches: Option<PathBuf>,
+    /// Also checkpoint the starting weights (ckpt-000000): the initial adapter, for a
+    /// reference trainer to start from the same point.
+    pub checkpoint_at_start: bool,
 }
 
 /// Trains `recipe` in `run` (from its newest checkpoint when `resume`); events go to
-/// `events.jsonl` and to `observe`. Stops early after `stop_after` steps when given.
+/// `events.jsonl` and to `observe`.
 pub fn finetune(
     run: &RunDir,
     recipe: &FinetuneRecipe,
     resume: bool,
-    stop_after: Option<usize>,
+    hooks: &Hooks,
     observe: &mut dyn FnMut(&Event),
 ) -> Result<Outcome, FinetuneError> {
+    let stop_after = hooks.stop_after;
+    let mut dump = match &hooks.dump_batches {
+        None => None,
+        Some(p) => Some(std::fs::File::create(p).map_err(|source| {
+            run_err(TrainRunError::Io {
+                path: p.clone(),
+                source,
+            })
+        })?),
+    };
     let d = load(recipe)?;
-    let (b, t, accum) = (recipe.train.batch, recipe.train.ctx, recipe.train.grad_accum);
+    let (b, t, accum) = (
+        recipe.train.batch,
+        recipe.train.ctx,
+        recipe.train.grad_accum,
+    );
     let o = &recipe.optim;
-    let adam = AdamWConfig { beta1: o.beta1, beta2: o.beta2, eps: o.eps, weight_decay: o.weight_decay };
+    let adam = AdamWConfig {
+        beta1: o.beta1,
+        beta2: o.beta2,
+        eps: o.eps,
+        weight_decay: o.weight_decay,
+    };
     let n = d.train.samples.len();
     let (mut model, mut opt, mut batcher, start) = if resume {
         let (step, path) = checkpoint::latest(&run.path).map_err(run_err)?;
@@ -177,73 +271,198 @@ pub fn finetune(
     } else {
         let m = model(recipe, &d.file, None)?;
         let opt = AdamW::new(m.params.len(), adam);
-        (m, opt, SftBatcher::new(n, recipe.train.seed ^ 0x5F7, b, t), 0)
+        (
+            m,
+            opt,
+            SftBatcher::new(n, recipe.train.seed ^ 0x5F7, b, t),
+            0,
+        )
     };
     let (decay, frozen) = (model.decay_ranges(), model.frozen_ranges());
     let events = run.events_path();
-    let mut log = EventLog::append(&events).map_err(|source| run_err(TrainRunError::Io { path: events.clone(), source }))?;
+    let mut log = EventLog::append(&events).map_err(|source| {
+        run_err(TrainRunError::Io {
+            path: events.clone(),
+            source,
+        })
+    })?;
     let mut emit = |e: Event| -> Result<(), FinetuneError> {
-        log.write(&e).map_err(|source| run_err(TrainRunError::Io { path: events.clone(), source }))?;
+        log.write(&e).map_err(|source| {
+            run_err(TrainRunError::Io {
+                path: events.clone(),
+                source,
+            })
+        })?;
         observe(&e);
         Ok(())
     };
-    emit(Event::RunStart { config: serde_json::to_value(recipe).unwrap_or_default(), time: now(), start_step: start })?;
+    emit(Event::RunStart {
+        config: serde_json::to_value(recipe).unwrap_or_default(),
+        time: now(),
+        start_step: start,
+    })?;
+    if start == 0 && hooks.checkpoint_at_start {
+        let gguf = save(run, recipe, &d, &model, &opt, &batcher, 0)?;
+        emit(Event::Checkpoint {
+            step: 0,
+            path: gguf.display().to_string(),
+        })?;
+    }
     if start == 0 {
         let val_loss = eval_nll(&mut model, &d.val);
-        emit(Event::Eval { step: 0, val_loss, sample: sample(&mut model, &d.tok, &d.val) })?;
+        emit(Event::Eval {
+            step: 0,
+            val_loss,
+            sample: sample(&mut model, &d.tok, &d.val),
+        })?;
     }
     let (mut x, mut y) = (vec![0u32; b * t], vec![0u32; b * t]);
     let (mut last_loss, mut last_ckpt) = (f32::NAN, None);
-    let arch = d.file.architecture().unwrap_or("llama").to_string();
     let total = recipe.train.steps;
     for step in start + 1..=total {
         let t0 = Instant::now();
         model.zero_grad();
         let (mut loss, mut tokens) = (0.0, 0);
         for _ in 0..accum {
-            tokens += batcher.next(&d.train, &mut x, &mut y);
-            loss += model.forward_backward_scaled(&x, &y, b, t, 1.0 / accum as f32) / accum as f32;
+            batcher.next(&d.train, &mut x, &mut y);
+            let te = compact(&mut x, &mut y, b, t);
+            tokens += b * te;
+            if let Some(f) = dump.as_mut() {
+                use std::io::Write;
+                let ys: Vec<Option<u32>> = y[..b * te]
+                    .iter()
+                    .map(|&v| (v != IGNORE).then_some(v))
+                    .collect();
+                let line = serde_json::json!({"step": step, "b": b, "t": te, "inputs": &x[..b * te], "targets": ys});
+                writeln!(f, "{line}").map_err(|source| {
+                    run_err(TrainRunError::Io {
+                        path: PathBuf::from("dump"),
+                        source,
+                    })
+                })?;
+            }
+            loss += model.forward_backward_scaled(
+                &x[..b * te],
+                &y[..b * te],
+                b,
+                te,
+                1.0 / accum as f32,
+            ) / accum as f32;
         }
         for r in &frozen {
             model.grads[r.clone()].fill(0.0);
         }
         let grad_norm = clip_grad_norm(&mut model.grads, o.grad_clip);
         if !loss.is_finite() || !grad_norm.is_finite() {
-            let status = format!("failed: the training loss is {loss} (gradient norm {grad_norm}) at step {step}");
+            let status = format!(
+                "failed: the training loss is {loss} (gradient norm {grad_norm}) at step {step}"
+            );
             emit(Event::RunEnd { step, status })?;
-            return Err(run_err(TrainRunError::NonFinite { what: "the training loss", value: loss, step, last_checkpoint: last_ckpt }));
+            return Err(run_err(TrainRunError::NonFinite {
+                what: "the training loss",
+                value: loss,
+                step,
+                last_checkpoint: last_ckpt,
+            }));
         }
         let lr = lr_at(step - 1, o.warmup, total, o.lr, o.min_lr);
         opt.step(&mut model.params, &model.grads, lr, &decay);
         last_loss = loss;
-        // tokens/s counts every position processed, as `toy train` does; `tokens` are the trained ones
-        let tok_s = (b * t * accum) as f64 / t0.elapsed().as_secs_f64().max(1e-9);
-        let _ = tokens;
-        emit(Event::Step { step, loss, lr, grad_norm, tok_s, time: now() })?;
+        // positions run through the model (padding past the longest row is not run)
+        let tok_s = tokens as f64 / t0.elapsed().as_secs_f64().max(1e-9);
+        emit(Event::Step {
+            step,
+            loss,
+            lr,
+            grad_norm,
+            tok_s,
+            time: now(),
+        })?;
         if step % recipe.eval.interval == 0 || step == total {
             let val_loss = eval_nll(&mut model, &d.val);
-            emit(Event::Eval { step, val_loss, sample: sample(&mut model, &d.tok, &d.val) })?;
+            emit(Event::Eval {
+                step,
+                val_loss,
+                sample: sample(&mut model, &d.tok, &d.val),
+            })?;
         }
         if step % recipe.checkpoint.interval == 0 || step == total {
-            let gguf = run.path.join(checkpoint::gguf_name(step));
-            match recipe.finetune.method {
-                Method::Lora => adapter_of(&model, recipe, &arch).write(&gguf)?,
-                Method::Full => {
-                    let kv: Vec<(String, Value)> = d.file.metadata.iter().filter(|(k, _)| k.starts_with("tokenizer.")).cloned().collect();
-                    crate::train::export::to_gguf(&model, &kv, &recipe.name).and_then(|w| w.write_file(&gguf)).map_err(run_err)?;
-                }
-            }
-            let (rng, epoch, pos) = batcher.state();
-            let header = StateHeader { step, adam_t: opt.t, data_rng: rng, n_params: model.params.len() as u64, data_epoch: epoch, data_pos: pos };
-            let view = StateView { header, params: &model.params, m: &opt.m, v: &opt.v };
-            checkpoint::save_state(&run.path.join(checkpoint::state_name(step)), &view, Fault::None).map_err(run_err)?;
+            let gguf = save(run, recipe, &d, &model, &opt, &batcher, step)?;
             last_ckpt = Some(gguf.clone());
-            emit(Event::Checkpoint { step, path: gguf.display().to_string() })?;
+            emit(Event::Checkpoint {
+                step,
+                path: gguf.display().to_string(),
+            })?;
         }
         if stop_after == Some(step) && step < total {
-            return Ok(Outcome { steps_done: step, last_loss, last_checkpoint: last_ckpt, finished: false });
+            return Ok(Outcome {
+                steps_done: step,
+                last_loss,
+                last_checkpoint: last_ckpt,
+                finished: false,
+            });
         }
     }
-    emit(Event::RunEnd { step: total, status: "done".into() })?;
-    Ok(Outcome { steps_done: total, last_loss, last_checkpoint: last_ckpt, finished: true })
+    emit(Event::RunEnd {
+        step: total,
+        status: "done".into(),
+    })?;
+    Ok(Outcome {
+        steps_done: total,
+        last_loss,
+        last_checkpoint: last_ckpt,
+        finished: true,
+    })
+}
+
+/// Writes checkpoint `step`: the adapter (LoRA) or the model (full) as `ckpt-NNNNNN.gguf`,
+/// then the optimizer state (`.state`, the mark of a complete checkpoint).
+fn save(
+    run: &RunDir,
+    recipe: &FinetuneRecipe,
+    d: &Loaded,
+    model: &TrainModel,
+    opt: &AdamW,
+    batcher: &SftBatcher,
+    step: usize,
+) -> Result<PathBuf, FinetuneError> {
+    let gguf = run.path.join(checkpoint::gguf_name(step));
+    let arch = d.file.architecture().unwrap_or("llama");
+    match recipe.finetune.method {
+        Method::Lora => adapter_of(model, recipe, arch).write(&gguf)?,
+        Method::Full => {
+            let kv: Vec<(String, Value)> = d
+                .file
+                .metadata
+                .iter()
+                .filter(|(k, _)| k.starts_with("tokenizer."))
+                .cloned()
+                .collect();
+            crate::train::export::to_gguf(model, &kv, &recipe.name)
+                .and_then(|w| w.write_file(&gguf))
+                .map_err(run_err)?;
+        }
+    }
+    let (rng, epoch, pos) = batcher.state();
+    let header = StateHeader {
+        step,
+        adam_t: opt.t,
+        data_rng: rng,
+        n_params: model.params.len() as u64,
+        data_epoch: epoch,
+        data_pos: pos,
+    };
+    let view = StateView {
+        header,
+        params: &model.params,
+        m: &opt.m,
+        v: &opt.v,
+    };
+    checkpoint::save_state(
+        &run.path.join(checkpoint::state_name(step)),
+        &view,
+        Fault::None,
+    )
+    .map_err(run_err)?;
+    Ok(gguf)
 }

@@ -31,8 +31,8 @@ pub mod rng;
 pub mod run;
 pub mod trainer;
 
-pub use config::{HybridConfig, MixerKind, ModelConfig, TrainArch, TrainError};
 pub use base::config_from_gguf as base_config;
+pub use config::{HybridConfig, MixerKind, ModelConfig, TrainArch, TrainError};
 pub use model::{LoraSpec, TrainModel};
 pub use params::ParamInfo;
 

@@ -44,8 +44,13 @@ impl RunDir {
 
     /// A new, empty run folder under `runs_dir` with the resolved `recipe` in it.
     pub fn create(runs_dir: &Path, recipe: &Recipe) -> Result<Self, RunError> {
+        Self::create_named(runs_dir, &recipe.name, &recipe.to_toml())
+    }
+
+    /// A new run folder `<name>-<UTC stamp>` holding `config` as its config.toml.
+    pub fn create_named(runs_dir: &Path, name: &str, config: &str) -> Result<Self, RunError> {
         std::fs::create_dir_all(runs_dir).map_err(io(runs_dir))?;
-        let base = format!("{}-{}", recipe.name, utc_stamp(super::events::now()));
+        let base = format!("{}-{}", name, utc_stamp(super::events::now()));
         let mut id = base.clone();
         let mut n = 1;
         loop {
@@ -64,7 +69,7 @@ impl RunDir {
             id,
         };
         let cfg = run.config_path();
-        write_atomic(&cfg, recipe.to_toml().as_bytes()).map_err(|e| RunError::Io {
+        write_atomic(&cfg, config.as_bytes()).map_err(|e| RunError::Io {
             path: cfg.clone(),
             source: std::io::Error::other(e.to_string()),
         })?;

@@ -1,0 +1,149 @@
+//! `toy finetune RECIPE [--set key=value]...`: LoRA or a full fine-tune of a base GGUF on
+//! SFT data (`toy::finetune`), a run under `runs/` like `toy train`'s, or
+//! `toy finetune --resume runs/<id>`. Shows a progress bar (step, loss, tokens/s, ETA) and
+//! the held-out loss of the assistant tokens with a greedy reply as evaluations come.
+
+use anyhow::{bail, Result};
+use indicatif::{ProgressBar, ProgressStyle};
+use std::path::PathBuf;
+use toy::finetune::recipe::{FinetuneRecipe, Method};
+use toy::finetune::run::{finetune, load, Hooks};
+use toy::train::events::Event;
+use toy::train::run::RunDir;
+
+#[derive(clap::Args)]
+pub struct Args {
+    /// The recipe (TOML), e.g. recipes/sft-smollm2-lora.toml.
+    #[arg(required_unless_present = "resume")]
+    recipe: Option<PathBuf>,
+    /// Override a recipe value, e.g. --set finetune.rank=8 (repeatable).
+    #[arg(long = "set", value_name = "KEY=VALUE")]
+    set: Vec<String>,
+    /// Folder for the run folders.
+    #[arg(long, default_value = "runs")]
+    runs_dir: PathBuf,
+    /// Continue the run in this folder from its newest checkpoint.
+    #[arg(long, conflicts_with_all = ["recipe", "set"])]
+    resume: Option<PathBuf>,
+    /// Stop after this many steps (as an interruption would; resume continues).
+    #[arg(long, hide = true)]
+    stop_after: Option<usize>,
+    /// Append every batch to this JSONL file (inputs, targets), for a reference trainer.
+    #[arg(long, value_name = "FILE")]
+    dump_batches: Option<PathBuf>,
+    /// Also checkpoint the starting weights (ckpt-000000), e.g. the initial adapter.
+    #[arg(long)]
+    checkpoint_start: bool,
+}
+
+pub fn run(a: Args) -> Result<()> {
+    let (existing, recipe) = match (&a.resume, &a.recipe) {
+        (Some(dir), _) => {
+            let cfg = dir.join("config.toml");
+            if !cfg.is_file() {
+                bail!("{} is not a run folder (no config.toml)", dir.display());
+            }
+            let id = dir
+                .file_name()
+                .map(|n| n.to_string_lossy().into_owned())
+                .unwrap_or_default();
+            (
+                Some(RunDir {
+                    id,
+                    path: dir.clone(),
+                }),
+                FinetuneRecipe::load(&cfg, &[])?,
+            )
+        }
+        (None, Some(path)) => (None, FinetuneRecipe::load(path, &a.set)?),
+        (None, None) => bail!("give a recipe, or --resume runs/<id>"),
+    };
+    // the base and the data are checked before a run folder is made for them
+    let d = load(&recipe)?;
+    eprintln!(
+        "{} samples to train on ({} trainable tokens{}), {} held out",
+        d.train.samples.len(),
+        d.train.trainable_tokens,
+        match (d.train.skipped_long, d.train.truncated) {
+            (0, 0) => String::new(),
+            (s, t) => format!("; {s} too long skipped, {t} truncated"),
+        },
+        d.val.samples.len()
+    );
+    drop(d);
+    let resume = existing.is_some();
+    let run = match existing {
+        Some(run) => run,
+        None => RunDir::create_named(&a.runs_dir, &recipe.name, &recipe.to_toml())?,
+    };
+    let method = match recipe.finetune.method {
+        Method::Lora => format!(
+            "LoRA r={} alpha={} on {} parts",
+            recipe.finetune.rank,
+            recipe.finetune.alpha,
+            recipe.targets().len()
+        ),
+        Method::Full => "full fine-tune".to_string(),
+    };
+    eprintln!(
+        "run {} ({method} of {}, {} steps of {} x {} tokens){}",
+        run.path.display(),
+        recipe.base.model.display(),
+        recipe.train.steps,
+        recipe.train.batch * recipe.train.grad_accum,
+        recipe.train.ctx,
+        if resume { ", resuming" } else { "" }
+    );
+    let pb = ProgressBar::new(recipe.train.steps as u64);
+    pb.set_style(
+        ProgressStyle::with_template(
+            "{bar:30} {pos}/{len} steps  {msg}  elapsed {elapsed_precise}  eta {eta_precise}",
+        )
+        .unwrap_or_else(|_| ProgressStyle::default_bar()),
+    );
+    let mut tok_s_avg = 0.0f64;
+    let mut observe = |e: &Event| {
+        match e {
+        Event::RunStart { start_step, .. } => pb.set_position(*start_step as u64),
+        Event::Step { step, loss, tok_s, .. } => {
+            tok_s_avg = if tok_s_avg == 0.0 { *tok_s } else { 0.9 * tok_s_avg + 0.1 * tok_s };
+            pb.set_position(*step as u64);
+            pb.set_message(format!("loss {loss:.4}  {tok_s_avg:.0} tok/s"));
+        }
+        Event::Eval { step, val_loss, sample } => pb.println(format!(
+            "step {step}: held-out assistant loss {val_loss:.4} (mean log-likelihood {:.4})  reply: {:?}",
+            -val_loss,
+            sample.chars().take(160).collect::<String>()
+        )),
+        Event::Checkpoint { path, .. } => pb.println(format!("checkpoint {path}")),
+        Event::RunEnd { .. } => {}
+    }
+    };
+    let hooks = Hooks {
+        stop_after: a.stop_after,
+        dump_batches: a.dump_batches.clone(),
+        checkpoint_at_start: a.checkpoint_start,
+    };
+    let outcome = finetune(&run, &recipe, resume, &hooks, &mut observe);
+    pb.finish_and_clear();
+    let outcome = outcome?;
+    println!(
+        "{} after {} steps: loss {:.4}{}",
+        run.path.display(),
+        outcome.steps_done,
+        outcome.last_loss,
+        if outcome.finished { "" } else { " (stopped)" }
+    );
+    if let Some(c) = outcome.last_checkpoint {
+        let base = recipe.base.model.display();
+        match recipe.finetune.method {
+            Method::Lora => println!(
+                "adapter: {}\ntry: toy chat -m {base} --lora {}",
+                c.display(),
+                c.display()
+            ),
+            Method::Full => println!("model: {}\ntry: toy chat -m {}", c.display(), c.display()),
+        }
+    }
+    Ok(())
+}
