@@ -17,6 +17,15 @@ fn root() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../..")
 }
 
+/// The first 4 held-out chats (enough to see the loss move, quick to evaluate).
+fn small_val() -> PathBuf {
+    let text = std::fs::read_to_string(root().join("data/sft/val.jsonl")).expect("data/sft/val.jsonl");
+    let path = std::env::temp_dir().join(format!("toy-ft-val-{}.jsonl", std::process::id()));
+    let four: Vec<&str> = text.lines().take(4).collect();
+    std::fs::write(&path, four.join("\n") + "\n").expect("write val");
+    path
+}
+
 fn recipe(extra: &[&str]) -> FinetuneRecipe {
     let mut set: Vec<String> = vec![
         format!("base.model={:?}", model_path().display().to_string()),
