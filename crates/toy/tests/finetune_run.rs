@@ -34,10 +34,7 @@ fn recipe(extra: &[&str]) -> FinetuneRecipe {
             "data.train={:?}",
             root().join("data/sft/train.jsonl").display().to_string()
         ),
-        format!(
-            "data.val={:?}",
-            root().join("data/sft/val.jsonl").display().to_string()
-        ),
+        format!("data.val={:?}", small_val().display().to_string()),
         "train.ctx=96".into(),
         "data.on_long=\"skip\"".into(),
         "train.batch=2".into(),
