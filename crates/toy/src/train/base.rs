@@ -10,6 +10,7 @@ use super::{ModelConfig, TrainArch, TrainError};
 use crate::gguf::GgufFile;
 use crate::model::{Arch, Config};
 use std::sync::Arc;
+use tinynn::kernels::repack::Packed;
 use tinynn::kernels::QMat;
 use tinynn::layers::lora::Lora;
 
@@ -102,12 +103,20 @@ pub(crate) fn frozen_mat(
             t.dims
         )));
     }
-    QMat::new(t.ty, rows, cols, file.tensor_data(t)).map_err(|e| bad(format!("{name}: {e}")))?;
+    let data = file.tensor_data(t);
+    let q = QMat::new(t.ty, rows, cols, data).map_err(|e| bad(format!("{name}: {e}")))?;
+    let packed = Packed::new(&q).map(Arc::new);
+    if packed.is_some() {
+        // the repacked copy serves every product and row read from now on
+        let start = data.as_ptr() as usize - file.bytes().as_ptr() as usize;
+        file.release(start..start + data.len());
+    }
     Ok(FrozenMat {
         file: file.clone(),
         index,
         rows,
         cols,
+        packed,
     })
 }
 

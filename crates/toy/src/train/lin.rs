@@ -17,24 +17,33 @@ use std::ops::Range;
 use std::sync::Arc;
 use tinynn::kernels::qmatmul::matmul;
 use tinynn::kernels::qmatmul_t::matmul_t;
+use tinynn::kernels::repack::Packed;
 use tinynn::kernels::QMat;
 use tinynn::layers::linear::Linear;
 use tinynn::layers::lora::Lora;
 
-/// One matrix of the frozen base: tensor `index` of the file, `rows` (out) x `cols` (in).
+/// One matrix of the frozen base: tensor `index` of the file, `rows` (out) x `cols` (in),
+/// and its copy repacked for the interleaved-row kernels where this CPU has them (what
+/// inference runs; the products of a training batch are prefill-sized).
 #[derive(Clone)]
 pub(crate) struct FrozenMat {
     pub file: Arc<GgufFile>,
     pub index: usize,
     pub rows: usize,
     pub cols: usize,
+    pub packed: Option<Arc<Packed>>,
 }
 
 impl FrozenMat {
     pub fn qmat(&self) -> QMat<'_> {
         let info = &self.file.tensors[self.index];
         let data = self.file.tensor_data(info);
-        QMat::new(info.ty, self.rows, self.cols, data).expect("checked when the base was loaded")
+        let q = QMat::new(info.ty, self.rows, self.cols, data)
+            .expect("checked when the base was loaded");
+        QMat {
+            packed: self.packed.as_deref(),
+            ..q
+        }
     }
 }
 
