@@ -166,4 +166,13 @@ fn shapes_that_do_not_map_are_errors_naming_both() {
     let untied = gguf(&donor(&cfg(16, 4, 2, 24, 2, false)));
     let e = warm_start(&untied, &cfg(16, 4, 2, 24, 2, true), 5).unwrap_err();
     assert!(e.to_string().contains("untied"), "{e}");
+    let mut g = super::tests::cfg(TrainArch::Gpt2, false, true);
+    g.vocab = 19;
+    let e = warm_start(
+        &gguf(&TrainModel::init(g, 2, 1)),
+        &cfg(16, 4, 2, 24, 2, true),
+        5,
+    );
+    let e = e.unwrap_err().to_string();
+    assert!(e.contains("the donor") && e.contains("gpt2"), "{e}");
 }

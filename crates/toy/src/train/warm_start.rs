@@ -182,7 +182,10 @@ fn rms(w: &[f32]) -> f32 {
 
 /// The donor's config, read as the trainer's (llama only), with sequences of `ctx`.
 pub fn donor_config(donor: &GgufFile, ctx: usize) -> Result<ModelConfig, TrainError> {
-    super::base::config_from_gguf(donor, ctx).map_err(|e| bad(format!("the donor: {e}")))
+    super::base::config_from_gguf(donor, ctx).map_err(|e| match e {
+        TrainError::Base(m) => bad(format!("the donor: {m}")),
+        e => e,
+    })
 }
 
 /// What a warm start from a donor of `d` to a student of `s` does, in words; an error for
