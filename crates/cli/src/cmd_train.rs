@@ -1,5 +1,6 @@
 //! `toy train RECIPE [--set key=value]...`: a new run under `runs/`, or
-//! `toy train --resume runs/<id>` to continue one from its newest checkpoint. Shows a
+//! `toy train --resume runs/<id>` to continue one from its newest checkpoint, or
+//! `toy train RECIPE --init-from DONOR.gguf` to start the recipe's model from a donor. Shows a
 //! progress bar (step, loss, tokens/s, ETA) and the evaluations as they come.
 
 use anyhow::{bail, Result};
@@ -27,6 +28,10 @@ pub struct Args {
     /// Stop after this many steps (as an interruption would; resume continues).
     #[arg(long, hide = true)]
     stop_after: Option<usize>,
+    /// Start from this donor GGUF (llama) instead of a fresh init: a model of the recipe's
+    /// shape, wider (function-preserving), narrower (projected) or deeper (identity blocks).
+    #[arg(long, value_name = "DONOR.gguf", conflicts_with = "resume")]
+    init_from: Option<PathBuf>,
     /// Also checkpoint the initial weights (ckpt-000000), e.g. to start PyTorch from them.
     #[arg(long)]
     checkpoint_start: bool,
@@ -100,6 +105,7 @@ pub fn run(a: Args) -> Result<()> {
     let hooks = Hooks {
         stop_after: a.stop_after,
         checkpoint_at_start: a.checkpoint_start,
+        init_from: a.init_from.clone(),
         ..Hooks::default()
     };
     let outcome = train(&run, &recipe, resume, &hooks, &mut observe);

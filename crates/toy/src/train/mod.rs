@@ -14,6 +14,7 @@ mod hybrid_params;
 mod lin;
 mod model;
 mod params;
+mod pca;
 mod shard;
 mod stack;
 
@@ -30,6 +31,7 @@ pub mod recipe;
 pub mod rng;
 pub mod run;
 pub mod trainer;
+pub mod warm_start;
 
 pub use base::config_from_gguf as base_config;
 pub use config::{HybridConfig, MixerKind, ModelConfig, TrainArch, TrainError};
@@ -44,3 +46,5 @@ mod tests_hybrid;
 mod tests_infer;
 #[cfg(test)]
 mod tests_lora;
+#[cfg(test)]
+mod tests_warm;

@@ -18,7 +18,8 @@ use super::events::{now, Event, EventLog};
 use super::recipe::Recipe;
 use super::rng::SplitMix64;
 use super::run::RunDir;
-use super::{export, TrainError, TrainModel};
+use super::{export, warm_start, TrainError, TrainModel};
+use crate::gguf::GgufFile;
 use crate::tokenizer::{Tokenizer, TokenizerSpec};
 
 #[derive(Debug, thiserror::Error)]
@@ -33,6 +34,11 @@ pub enum TrainRunError {
     Model(#[from] TrainError),
     #[error("writing the checkpoint GGUF: {0}")]
     Export(#[from] crate::gguf::GgufError),
+    #[error("the donor {path}: {source}")]
+    Donor {
+        path: PathBuf,
+        source: crate::gguf::GgufError,
+    },
     #[error("{path}: {source}")]
     Io {
         path: PathBuf,
@@ -66,9 +72,13 @@ pub enum TrainRunError {
     Bpe(#[from] super::bpe::BpeError),
 }
 
-/// Fault injection and early stops, for tests of resume and crash safety.
+/// What a run does beyond its recipe: a donor to start from, and fault injection and early
+/// stops for tests of resume and crash safety.
 #[derive(Clone, Debug, Default)]
 pub struct Hooks {
+    /// Start a fresh run from this donor GGUF (`warm_start.rs`: wider, narrower or deeper
+    /// than the recipe's model) instead of a fresh init; ignored when resuming.
+    pub init_from: Option<PathBuf>,
     /// Return (as an interrupted run would) once this many steps are done.
     pub stop_after: Option<usize>,
     /// Crash while writing the optimizer state of the checkpoint at this step.
@@ -135,7 +145,7 @@ pub fn train(
     hooks: &Hooks,
     observe: &mut dyn FnMut(&Event),
 ) -> Result<Outcome, TrainRunError> {
-    let mut s = Session::open(run, recipe, resume, observe)?;
+    let mut s = Session::open(run, recipe, resume, hooks.init_from.as_deref(), observe)?;
     let total = recipe.train.steps;
     if hooks.checkpoint_at_start && s.start == 0 {
         s.checkpoint(0, Fault::None)?;
@@ -194,6 +204,7 @@ impl<'a> Session<'a> {
         run: &'a RunDir,
         recipe: &'a Recipe,
         resume: bool,
+        init_from: Option<&Path>,
         observe: &'a mut dyn FnMut(&Event),
     ) -> Result<Self, TrainRunError> {
         let ds = ensure_data(recipe)?;
@@ -209,6 +220,7 @@ impl<'a> Session<'a> {
             weight_decay: o.weight_decay,
         };
         let mut batcher = Batcher::new(recipe.train.seed ^ 0xDA7A, b, cfg.ctx);
+        let mut warm = None;
         let (model, opt, start) = if resume {
             let (step, path) = checkpoint::latest(&run.path)?;
             let s = checkpoint::load_state(&path)?;
@@ -218,7 +230,22 @@ impl<'a> Session<'a> {
             batcher.rng = SplitMix64::new(s.header.data_rng);
             (model, opt, step)
         } else {
-            let model = TrainModel::try_init(cfg, b, recipe.train.seed)?;
+            let model = match init_from {
+                Some(path) => {
+                    let donor = GgufFile::open(path).map_err(|source| TrainRunError::Donor {
+                        path: path.to_path_buf(),
+                        source,
+                    })?;
+                    let dc = warm_start::donor_config(&donor, cfg.ctx)?;
+                    warm = Some(serde_json::json!({
+                        "path": path.display().to_string(),
+                        "plan": warm_start::describe(&dc, &cfg)?,
+                    }));
+                    let params = warm_start::warm_start(&donor, &cfg, recipe.train.seed)?;
+                    TrainModel::from_params(cfg, b, params)?
+                }
+                None => TrainModel::try_init(cfg, b, recipe.train.seed)?,
+            };
             let opt = AdamW::new(model.params.len(), adam);
             (model, opt, 0)
         };
@@ -246,7 +273,10 @@ impl<'a> Session<'a> {
             last_loss: f32::NAN,
             last_checkpoint,
         };
-        let config = serde_json::to_value(recipe).unwrap_or(serde_json::Value::Null);
+        let mut config = serde_json::to_value(recipe).unwrap_or(serde_json::Value::Null);
+        if let (Some(w), Some(obj)) = (warm, config.as_object_mut()) {
+            obj.insert("init_from".into(), w);
+        }
         let time = now();
         s.emit(Event::RunStart {
             config,
