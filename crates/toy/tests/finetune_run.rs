@@ -19,7 +19,8 @@ fn root() -> PathBuf {
 
 /// The first 4 held-out chats (enough to see the loss move, quick to evaluate).
 fn small_val() -> PathBuf {
-    let text = std::fs::read_to_string(root().join("data/sft/val.jsonl")).expect("data/sft/val.jsonl");
+    let text =
+        std::fs::read_to_string(root().join("data/sft/val.jsonl")).expect("data/sft/val.jsonl");
     let path = std::env::temp_dir().join(format!("toy-ft-val-{}.jsonl", std::process::id()));
     let four: Vec<&str> = text.lines().take(4).collect();
     std::fs::write(&path, four.join("\n") + "\n").expect("write val");
