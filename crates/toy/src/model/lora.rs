@@ -7,7 +7,7 @@
 //! cost nothing. Only the Llama family's seven block matrices can be adapted this way.
 //! Letters: T rows in the batch, K = n_in, N = n_out, r the rank.
 
-use super::{Config, ModelError};
+use super::{Arch, Config, ModelError};
 use crate::finetune::adapter::LoraAdapter;
 use crate::gguf::GgufFile;
 use tinynn::layers::lora::Lora;
@@ -54,10 +54,19 @@ pub struct LoadedLora {
     layers: Vec<[Option<Mat>; 7]>,
 }
 
+/// Whether `adapter` can run unmerged on the model in `file`, without loading the model:
+/// what [`super::Model::add_lora`] checks, for a server to refuse it at startup.
+pub fn check(adapter: &LoraAdapter, file: &GgufFile) -> Result<(), ModelError> {
+    LoadedLora::new(adapter, file, &Config::from_gguf(file)?).map(|_| ())
+}
+
 impl LoadedLora {
     /// `adapter` checked against the base `file` (architecture, names, shapes) and against
     /// what the unmerged path can apply.
     pub fn new(adapter: &LoraAdapter, file: &GgufFile, cfg: &Config) -> Result<Self, ModelError> {
+        if matches!(cfg.arch, Arch::Gpt2 | Arch::Qwen35) {
+            return Err(ModelError::LoraArch(cfg.arch.name().to_string()));
+        }
         adapter.check_base(file).map_err(ModelError::Adapter)?;
         let mut layers: Vec<[Option<Mat>; 7]> =
             (0..cfg.n_layer).map(|_| Default::default()).collect();

@@ -77,9 +77,7 @@ impl Model {
         &mut self,
         adapter: &crate::finetune::adapter::LoraAdapter,
     ) -> Result<usize, ModelError> {
-        if !matches!(self.body, Body::Llama(_)) {
-            return Err(ModelError::LoraArch(self.cfg.arch.name().to_string()));
-        }
+        // LoadedLora::new refuses what is not a Llama body
         self.loras
             .push(lora::LoadedLora::new(adapter, &self.file, &self.cfg)?);
         Ok(self.loras.len() - 1)
