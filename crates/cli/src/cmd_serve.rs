@@ -15,6 +15,12 @@ pub struct Args {
     /// Serve every *.gguf in this directory.
     #[arg(long)]
     models_dir: Option<PathBuf>,
+    /// LoRA adapter (llama.cpp's GGUF) run beside every served model, unmerged, with its
+    /// default scale (1); repeatable, ids 0.. in order. Requests pick adapters and scales
+    /// with "lora": [{"id": 0, "scale": 0.5}]; GET/POST /lora-adapters list them and set
+    /// the defaults.
+    #[arg(long = "lora", value_name = "FILE[:SCALE]", value_parser = crate::common::parse_lora)]
+    loras: Vec<(PathBuf, f32)>,
     #[arg(long, default_value = "127.0.0.1")]
     host: String,
     #[arg(long, default_value_t = 4567)]
@@ -87,6 +93,7 @@ pub fn run(a: Args, threads: Option<usize>) -> Result<()> {
     let cfg = ServeConfig {
         models,
         models_dir: a.models_dir,
+        loras: a.loras,
         host: a.host,
         port: a.port,
         api_key: a.api_key,

@@ -55,7 +55,7 @@ pub struct LoraArgs {
 }
 
 /// "FILE" or "FILE:SCALE" (a suffix that is not a number is part of the file name).
-fn parse_lora(s: &str) -> Result<(PathBuf, f32), String> {
+pub fn parse_lora(s: &str) -> Result<(PathBuf, f32), String> {
     if let Some((file, scale)) = s.rsplit_once(':') {
         if let Ok(v) = scale.trim().parse::<f32>() {
             if file.is_empty() || !v.is_finite() {

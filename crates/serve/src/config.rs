@@ -10,6 +10,9 @@ pub struct ServeConfig {
     pub models: Vec<PathBuf>,
     /// Serve every `*.gguf` in this directory too.
     pub models_dir: Option<PathBuf>,
+    /// LoRA adapters (`--lora FILE[:SCALE]`, ids 0.. in order) with their default scales,
+    /// run unmerged on every served model.
+    pub loras: Vec<(PathBuf, f32)>,
     pub host: String,
     /// 0 picks a free port (tests).
     pub port: u16,
@@ -44,6 +47,7 @@ impl Default for ServeConfig {
         Self {
             models: Vec::new(),
             models_dir: None,
+            loras: Vec::new(),
             host: "127.0.0.1".into(),
             port: 4567,
             api_key: None,

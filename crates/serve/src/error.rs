@@ -131,6 +131,9 @@ pub enum ServeError {
     DuplicateId(String),
     #[error("{0}")]
     Config(String),
+    /// A `--lora` file that cannot be read or does not fit a served model (names both).
+    #[error("{0}")]
+    Lora(String),
     #[error("runs directory '{dir}': {source}")]
     RunsDir { dir: String, source: std::io::Error },
     #[error("{what}: {source}")]

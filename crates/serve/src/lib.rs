@@ -38,6 +38,9 @@
 //! - `max_tokens` (or `max_completion_tokens`) defaults to the rest of the context for
 //!   chat and to 16 for completions; reaching the context ends with `finish_reason`
 //!   `"length"`. A prompt that leaves no room for one token is a 400 with both counts.
+//! - `lora: [{"id", "scale"}]` picks the `--lora` adapters for a request (those not named
+//!   are off); without it the defaults of `POST /lora-adapters` apply. An unknown id is a
+//!   400 naming it.
 //! - Logprobs are those of the model's distribution (log-softmax of the raw logits),
 //!   before temperature, penalties and truncation.
 
@@ -46,6 +49,7 @@ mod clock;
 mod config;
 pub mod engine;
 mod error;
+mod lora;
 mod metrics;
 mod models;
 mod server;

@@ -4,6 +4,7 @@
 
 use crate::clock::Clock;
 use crate::error::{ApiError, ServeError};
+use crate::lora::Adapters;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
@@ -24,8 +25,19 @@ pub struct LoadedModel {
 }
 
 impl LoadedModel {
-    pub fn load(id: &str, path: &Path, ctx: usize) -> Result<Self, String> {
-        let model = Model::open(path).map_err(|e| format!("loading '{}': {e}", path.display()))?;
+    /// Open `path` with the server's adapters beside its weights (their ids are their indices).
+    pub fn load(id: &str, path: &Path, ctx: usize, loras: &Adapters) -> Result<Self, String> {
+        let mut model =
+            Model::open(path).map_err(|e| format!("loading '{}': {e}", path.display()))?;
+        for a in &loras.list {
+            model.add_lora(&a.adapter).map_err(|e| {
+                format!(
+                    "lora adapter '{}' on '{}': {e}",
+                    a.path.display(),
+                    path.display()
+                )
+            })?;
+        }
         let tok = Tokenizer::from_gguf(&model.file)
             .map_err(|e| format!("tokenizer of '{}': {e}", path.display()))?;
         let template = ChatTemplate::from_gguf(&model.file, None).ok();
@@ -73,6 +85,8 @@ impl Entry {
 pub struct Registry {
     pub entries: Vec<Entry>,
     ctx: usize,
+    /// The `--lora` adapters every model is loaded with.
+    pub loras: Arc<Adapters>,
 }
 
 fn stem(path: &Path) -> String {
@@ -82,12 +96,14 @@ fn stem(path: &Path) -> String {
 }
 
 impl Registry {
-    /// The models of `-m` and of `--models-dir`, checked to exist, ids unique.
+    /// The models of `-m` and of `--models-dir`, checked to exist, ids unique, and the
+    /// adapters of `loras`, checked to fit every one of them.
     pub fn new(
         files: &[PathBuf],
         dir: Option<&Path>,
         ctx: usize,
         clock: Clock,
+        loras: &[(PathBuf, f32)],
     ) -> Result<Self, ServeError> {
         let mut paths: Vec<PathBuf> = files.to_vec();
         if let Some(dir) = dir {
@@ -131,7 +147,13 @@ impl Registry {
                 clock: clock.clone(),
             });
         }
-        Ok(Self { entries, ctx })
+        let paths: Vec<&Path> = entries.iter().map(|e| e.path.as_path()).collect();
+        let loras = Arc::new(Adapters::load(loras, &paths)?);
+        Ok(Self {
+            entries,
+            ctx,
+            loras,
+        })
     }
 
     pub fn ids(&self) -> Vec<String> {
@@ -177,18 +199,22 @@ impl Registry {
         });
         let mut rx = entry.state.subscribe();
         if start {
-            let (tx, id, path, ctx) = (
+            let (tx, id, path, ctx, loras) = (
                 entry.state.clone(),
                 entry.id.clone(),
                 entry.path.clone(),
                 self.ctx,
+                self.loras.clone(),
             );
             std::thread::Builder::new()
                 .name(format!("load {id}"))
                 .spawn(move || {
                     // a panic while loading must not leave the model 'loading' for ever
-                    let loaded = std::panic::catch_unwind(|| LoadedModel::load(&id, &path, ctx))
-                        .unwrap_or_else(|_| Err(format!("loading '{}' panicked", path.display())));
+                    let loaded =
+                        std::panic::catch_unwind(|| LoadedModel::load(&id, &path, ctx, &loras))
+                            .unwrap_or_else(|_| {
+                                Err(format!("loading '{}' panicked", path.display()))
+                            });
                     let state = match loaded {
                         Ok(m) => LoadState::Loaded(Arc::new(m)),
                         Err(e) => LoadState::Failed(e),

@@ -2,7 +2,7 @@
 //! layers (request counting outermost, then the API key check), and a listener on a small
 //! tokio runtime (two threads: the model's threads get the cores).
 
-use crate::api::{chat, completions, embeddings, misc, runs};
+use crate::api::{chat, completions, embeddings, lora, misc, runs};
 use crate::config::ServeConfig;
 use crate::engine::{self, EngineOptions};
 use crate::error::{ApiError, ServeError};
@@ -91,6 +91,7 @@ pub fn router(state: AppState) -> Router {
         .route("/v1/embeddings", post(embeddings::embeddings))
         .route("/tokenize", post(misc::tokenize))
         .route("/detokenize", post(misc::detokenize))
+        .route("/lora-adapters", get(lora::list).post(lora::set))
         .route("/api/runs", get(runs::list))
         .route("/api/runs/{id}/events", get(runs::events))
         .fallback(misc::not_found)
@@ -136,6 +137,7 @@ fn prepare(cfg: ServeConfig) -> Result<Prepared, ServeError> {
         cfg.models_dir.as_deref(),
         cfg.ctx,
         cfg.clock.clone(),
+        &cfg.loras,
     )?);
     let metrics = Arc::new(Metrics::default());
     let telemetry = Arc::new(Telemetry::open(

@@ -167,7 +167,7 @@ pub async fn completions(
         .map_err(|e| ApiError::invalid("messages", e.to_string()))?;
     params::check_prompt(&model, &ids, "messages")?;
     let lp = logprobs.then_some(top.unwrap_or(0) as usize);
-    let gp = params::gen_params(&f, &model, None, lp, false)?;
+    let gp = params::gen_params(&f, &model, &state.registry.loras, None, lp, false)?;
     let req = GenRequest {
         format: Format::Chat,
         model: model.clone(),

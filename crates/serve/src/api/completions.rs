@@ -126,6 +126,7 @@ pub async fn completions(
     let gp = params::gen_params(
         &f,
         &model,
+        &state.registry.loras,
         Some(DEFAULT_MAX_TOKENS),
         logprobs,
         echo && logprobs.is_some(),

@@ -7,6 +7,7 @@ pub mod completions;
 pub mod embeddings;
 mod format;
 mod gen;
+pub mod lora;
 pub mod misc;
 mod params;
 pub mod runs;

@@ -4,6 +4,7 @@
 use super::body::{kind, Fields};
 use crate::engine::GenParams;
 use crate::error::ApiError;
+use crate::lora::Adapters;
 use crate::models::LoadedModel;
 use serde_json::Value;
 use toy::infer::sampler::SamplerConfig;
@@ -182,10 +183,11 @@ pub fn check_prompt(m: &LoadedModel, ids: &[u32], param: &str) -> Result<(), Api
     Ok(())
 }
 
-/// Everything the engine needs besides the prompts.
+/// Everything the engine needs besides the prompts; `loras` resolves the `lora` field.
 pub fn gen_params(
     f: &Fields,
     m: &LoadedModel,
+    loras: &Adapters,
     default_max: Option<usize>,
     logprobs: Option<usize>,
     prompt_logprobs: bool,
@@ -196,5 +198,6 @@ pub fn gen_params(
         sampler: sampler(f, m.model.cfg.vocab)?,
         logprobs,
         prompt_logprobs,
+        lora: loras.for_request(f.get("lora"))?,
     })
 }

@@ -25,6 +25,9 @@ pub struct Slot {
     pub cache: KvCache,
     /// The tokens whose keys and values `cache` holds, in order (`cache.pos` of them).
     pub tokens: Vec<u32>,
+    /// The LoRA adapters (id, scale) those keys and values were computed with: a prefix is
+    /// shared only between sequences with the same adapters.
+    pub lora: Vec<(usize, f32)>,
     pub seq: Option<Seq>,
     /// When the slot last finished a sequence (least recently used goes first).
     pub freed: Instant,
@@ -45,6 +48,16 @@ pub struct Group {
 
 fn common_prefix(a: &[u32], b: &[u32]) -> usize {
     a.iter().zip(b).take_while(|(x, y)| x == y).count()
+}
+
+/// What `slot`'s cache shares with a prompt run with adapters `lora`: nothing when the
+/// adapters differ.
+fn shared_prefix(slot: &Slot, prompt: &[u32], lora: &[(usize, f32)]) -> usize {
+    if slot.lora == lora {
+        common_prefix(&slot.tokens, prompt)
+    } else {
+        0
+    }
 }
 
 /// The most of a cached prefix of `p` positions that a prompt of `len` tokens may keep so
@@ -70,6 +83,7 @@ impl Group {
             .map(|_| Slot {
                 cache: model.model.new_cache(model.ctx),
                 tokens: Vec::new(),
+                lora: Vec::new(),
                 seq: None,
                 freed: Instant::now(),
             })
@@ -90,16 +104,16 @@ impl Group {
         self.slots.iter().filter(|s| s.seq.is_some()).count()
     }
 
-    /// The free slot whose cache shares the longest prefix with `prompt` (ties: the least
-    /// recently used), and that prefix's length.
-    pub fn best_slot(&self, prompt: &[u32]) -> Option<(usize, usize)> {
+    /// The free slot whose cache shares the longest prefix with `prompt` run with adapters
+    /// `lora` (ties: the least recently used), and that prefix's length.
+    pub fn best_slot(&self, prompt: &[u32], lora: &[(usize, f32)]) -> Option<(usize, usize)> {
         self.slots
             .iter()
             .enumerate()
             .filter(|(_, s)| s.seq.is_none())
             .map(|(i, s)| {
                 (
-                    common_prefix(&s.tokens, prompt),
+                    shared_prefix(s, prompt, lora),
                     std::cmp::Reverse(s.freed),
                     i,
                 )
@@ -111,12 +125,16 @@ impl Group {
     /// Put `seq` into free slot `i`, keeping the `common` positions its cache shares with
     /// the prompt when `reuse` allows.
     pub fn admit(&mut self, i: usize, common: usize, mut seq: Seq, reuse: bool) {
-        let keep = if reuse {
+        let slot = &mut self.slots[i];
+        let same = slot.lora == seq.job.params.lora;
+        let keep = if reuse && same {
             resume_point(common, seq.prompt.len(), self.chunk)
         } else {
             0
         };
-        let slot = &mut self.slots[i];
+        if !same {
+            slot.lora.clone_from(&seq.job.params.lora);
+        }
         // a hybrid's recurrent layers go back only to a snapshot: keep what truncate kept
         slot.cache.truncate(keep);
         let keep = slot.cache.pos;
@@ -174,10 +192,11 @@ impl Group {
             }
             let (fed, len) = (seq.fed, seq.prompt.len());
             let prompt = seq.prompt.clone();
+            let job = seq.job.clone();
             let best = (0..self.slots.len())
                 .filter(|&j| j != i)
                 .map(|j| {
-                    let common = common_prefix(&self.slots[j].tokens, &prompt);
+                    let common = shared_prefix(&self.slots[j], &prompt, &job.params.lora);
                     (resume_point(common, len, self.chunk), j)
                 })
                 .max();
@@ -238,7 +257,8 @@ impl Group {
         let toks = &seq.prompt[from..to];
         let all = seq.job.params.prompt_logprobs;
         let which = if all { Logits::All } else { Logits::Last };
-        let logits = m.forward_cache(scratch, &mut slot.cache, toks, which)?;
+        let lora = &seq.job.params.lora;
+        let logits = m.forward_cache_lora(scratch, &mut slot.cache, toks, which, lora)?;
         slot.tokens.extend_from_slice(toks);
         seq.fed = to;
         let v = m.cfg.vocab;
@@ -291,9 +311,12 @@ impl Group {
         let mut tokens = Vec::with_capacity(slots.len());
         let mut caches: Vec<&mut KvCache> = Vec::with_capacity(slots.len());
         let mut which = Vec::with_capacity(slots.len());
+        // each row's adapters: sequences with different ones share the pass
+        let mut picks: Vec<&[(usize, f32)]> = Vec::with_capacity(slots.len());
         for (i, s) in slots.iter_mut().enumerate() {
-            if let Some(id) = s.seq.as_ref().and_then(|q| q.next) {
-                tokens.push(id);
+            if let Some(q) = s.seq.as_ref().filter(|q| q.next.is_some()) {
+                tokens.extend(q.next);
+                picks.push(&q.job.params.lora);
                 caches.push(&mut s.cache);
                 which.push(i);
             }
@@ -303,8 +326,12 @@ impl Group {
         }
         let m = &model.model;
         let pool = &mut pools[tokens.len().ilog2() as usize];
-        let logits = pool.run(|| m.forward_multi(scratch, &mut caches, &tokens).map(|_| ()));
+        let logits = pool.run(|| {
+            m.forward_multi_lora(scratch, &mut caches, &tokens, &picks)
+                .map(|_| ())
+        });
         drop(caches);
+        drop(picks);
         logits?;
         let v = m.cfg.vocab;
         let logits = &scratch.logits;

@@ -104,6 +104,8 @@ pub struct GenParams {
     pub logprobs: Option<usize>,
     /// Logprobs of the prompt tokens too (disables prefix reuse: every position is computed).
     pub prompt_logprobs: bool,
+    /// LoRA adapters as (id, scale), scale nonzero; empty for the plain model.
+    pub lora: Vec<(usize, f32)>,
 }
 
 /// A generation request: one sequence per prompt and choice.
@@ -361,7 +363,7 @@ impl Engine {
             let slot = if blocked {
                 None
             } else {
-                group.best_slot(&seq.prompt)
+                group.best_slot(&seq.prompt, &seq.job.params.lora)
             };
             let Some((i, common)) = slot else {
                 still.push_back(seq);

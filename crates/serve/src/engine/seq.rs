@@ -151,7 +151,8 @@ mod tests {
                     .join("../../models/SmolLM2-135M-Instruct.Q4_1.gguf")
             });
         let model = Arc::new(
-            LoadedModel::load("m", &path, 64).expect("the model (scripts/fetch-model.sh)"),
+            LoadedModel::load("m", &path, 64, &Default::default())
+                .expect("the model (scripts/fetch-model.sh)"),
         );
         let metrics = Arc::new(Metrics::default());
         let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
@@ -165,6 +166,7 @@ mod tests {
                 sampler: SamplerConfig::default(),
                 logprobs: None,
                 prompt_logprobs: false,
+                lora: Vec::new(),
             },
             events: tx,
             ended: Arc::new(Ended::default()),

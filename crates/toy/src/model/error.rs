@@ -40,4 +40,12 @@ pub enum ModelError {
         caches: usize,
         n_batch: usize,
     },
+    #[error("lora adapter: {0}")]
+    Adapter(crate::finetune::adapter::AdapterError),
+    #[error("lora adapter targets '{0}': only blk.N.{{attn_q,attn_k,attn_v,attn_output,ffn_gate,ffn_up,ffn_down}}.weight run unmerged (merge it with `toy merge` instead)")]
+    LoraTarget(String),
+    #[error("lora adapters run unmerged on the llama family only, not on '{0}' (merge it with `toy merge` instead)")]
+    LoraArch(String),
+    #[error("lora adapter {id} does not exist: {n} loaded")]
+    NoSuchLora { id: usize, n: usize },
 }

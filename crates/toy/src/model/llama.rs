@@ -4,6 +4,7 @@
 //! where attn is GQA with RoPE and mlp is SwiGLU. Letters: T tokens in the batch, C width,
 //! H / Hkv heads, D head size, F MLP width, V vocabulary.
 
+use super::lora::{RowLoras, Target};
 use super::parts::{attend_spans, embed_rows, final_rmsnorm, Mlp};
 use super::weights::{embedding_and_head, load_f32, load_f32_opt, Linear, Loader, Weight};
 use super::{Config, ModelError, Span, State};
@@ -43,7 +44,9 @@ impl Block {
 
     /// Run layer `l` on s.x (T, C): the rows are the spans' tokens one span after another,
     /// each span a run of consecutive positions of one sequence. Everything but attention
-    /// runs on all T rows at once, so several sequences share one pass over the weights.
+    /// runs on all T rows at once, so several sequences share one pass over the weights;
+    /// each row adds its own adapters of `lora` after each product.
+    #[allow(clippy::too_many_arguments)]
     fn forward(
         &self,
         file: &[u8],
@@ -52,6 +55,7 @@ impl Block {
         s: &mut State,
         l: usize,
         spans: &mut [Span],
+        lora: &RowLoras,
     ) {
         let t: usize = spans.iter().map(|sp| sp.len).sum();
         let (c, qd, kvd, ff) = (cfg.d_model, cfg.q_dim(), cfg.kv_dim(), cfg.d_ff);
@@ -66,6 +70,9 @@ impl Block {
             t,
             &mut [&mut *q, &mut *k, &mut *v],
         );
+        lora.apply(l, Target::Q, h, q);
+        lora.apply(l, Target::K, h, k);
+        lora.apply(l, Target::V, h, v);
         if let Some(w) = &self.attn_q_norm {
             rmsnorm_inplace(q, w, cfg.norm_eps);
         }
@@ -77,11 +84,12 @@ impl Block {
         // (T, H*D) -> (T, C), added to the residual
         let proj = &mut s.proj[..t * c];
         self.attn_output.forward(file, att, t, proj);
+        lora.apply(l, Target::Output, att, proj);
         x.iter_mut().zip(proj.iter()).for_each(|(a, b)| *a += b);
 
         rmsnorm(x, &self.ffn_norm, cfg.norm_eps, h);
         let (a, b) = (&mut s.ff_a[..t * ff], &mut s.ff_b[..t * ff]);
-        self.mlp.forward(file, h, t, a, b, proj);
+        self.mlp.forward(file, h, t, a, b, proj, lora, l);
         x.iter_mut().zip(proj.iter()).for_each(|(a, b)| *a += b);
     }
 }
@@ -116,7 +124,8 @@ impl Llama {
         })
     }
 
-    /// tokens (T), laid out as `spans` say -> s.x (T, C) of the final residual stream.
+    /// tokens (T), laid out as `spans` say -> s.x (T, C) of the final residual stream, each
+    /// row with its adapters of `lora`.
     pub fn forward_hidden(
         &self,
         file: &[u8],
@@ -124,10 +133,11 @@ impl Llama {
         s: &mut State,
         tokens: &[u32],
         spans: &mut [Span],
+        lora: &RowLoras,
     ) {
         embed_rows(file, &self.token_embd, cfg.d_model, tokens, &mut s.x);
         for (l, b) in self.blocks.iter().enumerate() {
-            b.forward(file, cfg, &self.rope, s, l, spans);
+            b.forward(file, cfg, &self.rope, s, l, spans, lora);
         }
     }
 

@@ -7,6 +7,7 @@ mod error;
 pub mod gpt2;
 mod hybrid_config;
 pub mod llama;
+pub mod lora;
 mod parts;
 pub mod qwen35;
 mod state;
@@ -40,7 +41,12 @@ pub struct Model {
     pub file: Arc<GgufFile>,
     pub cfg: Config,
     body: Body,
+    /// Adapters run unmerged, chosen per sequence (see [`Model::add_lora`]).
+    loras: Vec<lora::LoadedLora>,
 }
+
+/// The adapters one sequence runs with: (index from [`Model::add_lora`], scale).
+pub type LoraPicks = [(usize, f32)];
 
 impl Model {
     pub fn open(path: &Path) -> Result<Self, ModelError> {
@@ -57,7 +63,37 @@ impl Model {
                 _ => Body::Llama(llama::Llama::load(&loader, &cfg)?),
             }
         };
-        Ok(Self { file, cfg, body })
+        Ok(Self {
+            file,
+            cfg,
+            body,
+            loras: Vec::new(),
+        })
+    }
+
+    /// Keep `adapter` beside the base weights, checked against them; returns its index for
+    /// the `_lora` forward calls, which apply it to the sequences that pick it.
+    pub fn add_lora(
+        &mut self,
+        adapter: &crate::finetune::adapter::LoraAdapter,
+    ) -> Result<usize, ModelError> {
+        // LoadedLora::new refuses what is not a Llama body
+        self.loras
+            .push(lora::LoadedLora::new(adapter, &self.file, &self.cfg)?);
+        Ok(self.loras.len() - 1)
+    }
+
+    /// How many adapters [`Model::add_lora`] added.
+    pub fn n_loras(&self) -> usize {
+        self.loras.len()
+    }
+
+    fn check_picks(&self, picks: &LoraPicks) -> Result<(), ModelError> {
+        let n = self.loras.len();
+        match picks.iter().find(|&&(id, _)| id >= n) {
+            Some(&(id, _)) => Err(ModelError::NoSuchLora { id, n }),
+            None => Ok(()),
+        }
     }
 
     /// A fresh state with a cache of `ctx` positions (at most the trained context for models
@@ -90,7 +126,9 @@ impl Model {
         which: Logits,
     ) -> Result<&'s [f32], ModelError> {
         let mut cache = std::mem::take(&mut s.cache);
-        let r = self.forward_cache(s, &mut cache, tokens, which).map(|_| ());
+        let r = self
+            .forward_cache_lora(s, &mut cache, tokens, which, &[])
+            .map(|_| ());
         s.cache = cache;
         r.map(|()| &s.logits[..])
     }
@@ -108,11 +146,18 @@ impl Model {
         Ok(())
     }
 
-    /// Run the blocks on `tokens` laid out as `spans` say, into scratch.x.
-    fn hidden_spans(&self, scratch: &mut State, tokens: &[u32], spans: &mut [Span]) {
+    /// Run the blocks on `tokens` laid out as `spans` say, into scratch.x; only the Llama
+    /// family takes adapters (`add_lora` refuses the others).
+    fn hidden_spans(
+        &self,
+        scratch: &mut State,
+        tokens: &[u32],
+        spans: &mut [Span],
+        lora: &lora::RowLoras,
+    ) {
         let file = self.file.bytes();
         match &self.body {
-            Body::Llama(m) => m.forward_hidden(file, &self.cfg, scratch, tokens, spans),
+            Body::Llama(m) => m.forward_hidden(file, &self.cfg, scratch, tokens, spans, lora),
             Body::Qwen35(m) => m.forward_hidden(file, &self.cfg, scratch, tokens, spans),
             Body::Gpt2(m) => {
                 // GPT-2 runs one sequence at a time.
@@ -135,7 +180,20 @@ impl Model {
         tokens: &[u32],
         which: Logits,
     ) -> Result<&'s [f32], ModelError> {
+        self.forward_cache_lora(scratch, cache, tokens, which, &[])
+    }
+
+    /// [`Model::forward_cache`] with the adapters `picks` on every token.
+    pub fn forward_cache_lora<'s>(
+        &self,
+        scratch: &'s mut State,
+        cache: &mut KvCache,
+        tokens: &[u32],
+        which: Logits,
+        picks: &LoraPicks,
+    ) -> Result<&'s [f32], ModelError> {
         self.check_tokens(tokens)?;
+        self.check_picks(picks)?;
         cache.check_room(tokens.len())?;
         let s = scratch;
         let v = self.cfg.vocab;
@@ -154,7 +212,8 @@ impl Model {
                 pos0,
                 len: t,
             };
-            self.hidden_spans(s, chunk, &mut [span]);
+            let lora = lora::RowLoras::new(&self.loras, [(t, picks)]);
+            self.hidden_spans(s, chunk, &mut [span], &lora);
             cache.pos += t;
             cache.after_forward();
             done += t;
@@ -189,9 +248,25 @@ impl Model {
         caches: &mut [&mut KvCache],
         tokens: &[u32],
     ) -> Result<&'s [f32], ModelError> {
+        self.forward_multi_lora(scratch, caches, tokens, &[])
+    }
+
+    /// [`Model::forward_multi`] with sequence i's adapters `picks[i]` (or none on any when
+    /// `picks` is empty). Sequences with different adapters still share the batched pass:
+    /// the adapter products are per row.
+    pub fn forward_multi_lora<'s>(
+        &self,
+        scratch: &'s mut State,
+        caches: &mut [&mut KvCache],
+        tokens: &[u32],
+        picks: &[&LoraPicks],
+    ) -> Result<&'s [f32], ModelError> {
         let n = tokens.len();
         self.check_tokens(tokens)?;
-        if caches.len() != n || n > scratch.n_batch {
+        for p in picks {
+            self.check_picks(p)?;
+        }
+        if caches.len() != n || n > scratch.n_batch || !(picks.is_empty() || picks.len() == n) {
             return Err(ModelError::BatchShape {
                 tokens: n,
                 caches: caches.len(),
@@ -209,7 +284,8 @@ impl Model {
                 len: 1,
             })
             .collect();
-        self.hidden_spans(scratch, tokens, &mut spans);
+        let lora = lora::RowLoras::new(&self.loras, picks.iter().map(|&p| (1, p)));
+        self.hidden_spans(scratch, tokens, &mut spans, &lora);
         drop(spans);
         caches.iter_mut().for_each(|c| {
             c.pos += 1;
@@ -249,7 +325,7 @@ impl Model {
             cache: &mut cache,
             len: tokens.len(),
         };
-        self.hidden_spans(s, tokens, &mut [span]);
+        self.hidden_spans(s, tokens, &mut [span], &lora::RowLoras::none());
         cache.pos += tokens.len();
         s.cache = cache;
         self.final_norm(s, tokens.len());

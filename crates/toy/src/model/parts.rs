@@ -3,6 +3,7 @@
 //! a batch (RoPE, the KV cache, llama.cpp's two attention regimes). Letters: T tokens in the
 //! batch, C width, H / Hkv heads, D head size, F MLP width.
 
+use super::lora::{RowLoras, Target};
 use super::weights::{Linear, Loader, Weight};
 use super::{Config, ModelError, Span, State};
 use crate::infer::kv_cache::{f16_attention, round_queries};
@@ -29,7 +30,8 @@ impl Mlp {
         })
     }
 
-    /// h (T, C) -> out (T, C), through a (T, F) and b (T, F).
+    /// h (T, C) -> out (T, C), through a (T, F) and b (T, F); layer `l`'s adapters of
+    /// `lora` beside each product.
     #[allow(clippy::too_many_arguments)]
     pub fn forward(
         &self,
@@ -39,6 +41,8 @@ impl Mlp {
         a: &mut [f32],
         b: &mut [f32],
         out: &mut [f32],
+        lora: &RowLoras,
+        l: usize,
     ) {
         Linear::forward_many(
             &[&self.ffn_gate, &self.ffn_up],
@@ -47,8 +51,11 @@ impl Mlp {
             t,
             &mut [&mut *a, &mut *b],
         );
+        lora.apply(l, Target::Gate, h, a);
+        lora.apply(l, Target::Up, h, b);
         swiglu(a, b);
         self.ffn_down.forward(file, a, t, out);
+        lora.apply(l, Target::Down, a, out);
     }
 }
 

@@ -239,7 +239,8 @@ impl Block {
         x.iter_mut().zip(proj.iter()).for_each(|(a, b)| *a += b);
         rmsnorm(x, &self.post_attention_norm, cfg.norm_eps, h);
         let (a, b) = (&mut s.ff_a[..t * ff], &mut s.ff_b[..t * ff]);
-        self.mlp.forward(file, h, t, a, b, proj);
+        let none = super::lora::RowLoras::none();
+        self.mlp.forward(file, h, t, a, b, proj, &none, l);
         x.iter_mut().zip(proj.iter()).for_each(|(a, b)| *a += b);
     }
 }
