@@ -4,7 +4,7 @@
 //! rejected). LoRA's scale is alpha / r, or alpha / sqrt(r) with `rslora` (arXiv 2312.03732).
 
 use super::sft::OnLong;
-use crate::train::recipe::{apply_override, OptimSection, RecipeError};
+use crate::train::recipe::{parse_toml, OptimSection, RecipeError};
 use serde::{Deserialize, Serialize};
 use std::path::{Path, PathBuf};
 
@@ -123,18 +123,7 @@ impl FinetuneRecipe {
             path: path.to_path_buf(),
             source,
         })?;
-        let what = path.display().to_string();
-        let parse_err = |message: String| RecipeError::Parse {
-            what: what.clone(),
-            message,
-        };
-        let mut table: toml::Table = toml::from_str(&text).map_err(|e| parse_err(e.to_string()))?;
-        for o in overrides {
-            apply_override(&mut table, o)?;
-        }
-        let resolved = toml::to_string(&table).map_err(|e| parse_err(e.to_string()))?;
-        let r: FinetuneRecipe =
-            toml::from_str(&resolved).map_err(|e| parse_err(e.message().trim().to_string()))?;
+        let r: FinetuneRecipe = parse_toml(&text, &path.display().to_string(), overrides)?;
         r.validate()?;
         Ok(r)
     }

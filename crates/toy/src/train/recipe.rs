@@ -203,23 +203,7 @@ impl Recipe {
 
     /// Parses recipe text (`what` names it in errors) and applies `overrides`.
     pub fn parse(text: &str, what: &str, overrides: &[String]) -> Result<Self, RecipeError> {
-        let parse_err = |message: String| RecipeError::Parse {
-            what: what.to_string(),
-            message,
-        };
-        let mut table: toml::Table = toml::from_str(text).map_err(|e| parse_err(e.to_string()))?;
-        for o in overrides {
-            apply_override(&mut table, o)?;
-        }
-        // Deserialized from text so the error has a span, to quote the offending line.
-        let resolved = toml::to_string(&table).map_err(|e| parse_err(e.to_string()))?;
-        let recipe: Recipe = toml::from_str(&resolved).map_err(|e: toml::de::Error| {
-            let at = e
-                .span()
-                .map(|s| where_in(&resolved, s.start))
-                .unwrap_or_default();
-            parse_err(format!("{}{at}", e.message().trim()))
-        })?;
+        let recipe: Recipe = parse_toml(text, what, overrides)?;
         recipe.validate()?;
         Ok(recipe)
     }
@@ -308,6 +292,32 @@ impl Recipe {
 
 /// Sets `a.b.c = value` in `table`; the value is read as TOML (`3`, `1e-3`, `true`,
 /// `"x"`, `[1, 2]`), or taken as a plain string when it is not valid TOML (`arch=gpt2`).
+/// Any recipe type from TOML text (`what` names it in errors) with `overrides` applied
+/// ("key=value", dotted keys, in order); errors quote the offending line.
+pub fn parse_toml<T: serde::de::DeserializeOwned>(
+    text: &str,
+    what: &str,
+    overrides: &[String],
+) -> Result<T, RecipeError> {
+    let parse_err = |message: String| RecipeError::Parse {
+        what: what.to_string(),
+        message,
+    };
+    let mut table: toml::Table = toml::from_str(text).map_err(|e| parse_err(e.to_string()))?;
+    for o in overrides {
+        apply_override(&mut table, o)?;
+    }
+    // Deserialized from text so the error has a span, to quote the offending line.
+    let resolved = toml::to_string(&table).map_err(|e| parse_err(e.to_string()))?;
+    toml::from_str(&resolved).map_err(|e: toml::de::Error| {
+        let at = e
+            .span()
+            .map(|s| where_in(&resolved, s.start))
+            .unwrap_or_default();
+        parse_err(format!("{}{at}", e.message().trim()))
+    })
+}
+
 pub fn apply_override(table: &mut toml::Table, o: &str) -> Result<(), RecipeError> {
     let (key, raw) = o
         .split_once('=')
