@@ -88,6 +88,20 @@ pub fn load_with_lora(args: &ModelArgs, lora: &LoraArgs) -> Result<(Model, Token
                 Ok((a, *s))
             })
             .collect::<Result<Vec<_>>>()?;
+        // Llama-family models keep the base as stored and add the adapters at run time (as
+        // llama.cpp does); others get the adapters merged into f32 copies of their matrices.
+        let mut model = Model::from_gguf(f.clone())
+            .with_context(|| format!("loading '{}'", args.model.display()))?;
+        let unmerged: Result<Vec<(usize, f32)>, _> = adapters
+            .iter()
+            .map(|(a, s)| model.add_lora(a).map(|i| (i, *s)))
+            .collect();
+        if let Ok(picks) = unmerged {
+            model.set_default_loras(picks)?;
+            release_freed_memory();
+            return Ok((model, tok));
+        }
+        drop(model);
         let refs: Vec<(&LoraAdapter, f32)> = adapters.iter().map(|(a, s)| (a, *s)).collect();
         let merged = merged_gguf(&f, &refs)
             .with_context(|| format!("applying --lora to '{}'", args.model.display()))?;

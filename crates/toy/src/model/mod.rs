@@ -43,6 +43,8 @@ pub struct Model {
     body: Body,
     /// Adapters run unmerged, chosen per sequence (see [`Model::add_lora`]).
     loras: Vec<lora::LoadedLora>,
+    /// The adapters the calls without `_lora` apply to every token (`set_default_loras`).
+    defaults: Vec<(usize, f32)>,
 }
 
 /// The adapters one sequence runs with: (index from [`Model::add_lora`], scale).
@@ -68,6 +70,7 @@ impl Model {
             cfg,
             body,
             loras: Vec::new(),
+            defaults: Vec::new(),
         })
     }
 
@@ -81,6 +84,15 @@ impl Model {
         self.loras
             .push(lora::LoadedLora::new(adapter, &self.file, &self.cfg)?);
         Ok(self.loras.len() - 1)
+    }
+
+    /// Makes `picks` (indices from [`Model::add_lora`], scales) apply to every sequence that
+    /// the calls without `_lora` run (`forward`, `forward_cache`, `forward_multi`): how the
+    /// CLI's `--lora` keeps the base as stored and adds the adapters at run time.
+    pub fn set_default_loras(&mut self, picks: Vec<(usize, f32)>) -> Result<(), ModelError> {
+        self.check_picks(&picks)?;
+        self.defaults = picks;
+        Ok(())
     }
 
     /// How many adapters [`Model::add_lora`] added.
@@ -127,7 +139,7 @@ impl Model {
     ) -> Result<&'s [f32], ModelError> {
         let mut cache = std::mem::take(&mut s.cache);
         let r = self
-            .forward_cache_lora(s, &mut cache, tokens, which, &[])
+            .forward_cache_lora(s, &mut cache, tokens, which, &self.defaults)
             .map(|_| ());
         s.cache = cache;
         r.map(|()| &s.logits[..])
@@ -180,7 +192,7 @@ impl Model {
         tokens: &[u32],
         which: Logits,
     ) -> Result<&'s [f32], ModelError> {
-        self.forward_cache_lora(scratch, cache, tokens, which, &[])
+        self.forward_cache_lora(scratch, cache, tokens, which, &self.defaults)
     }
 
     /// [`Model::forward_cache`] with the adapters `picks` on every token.
@@ -248,7 +260,11 @@ impl Model {
         caches: &mut [&mut KvCache],
         tokens: &[u32],
     ) -> Result<&'s [f32], ModelError> {
-        self.forward_multi_lora(scratch, caches, tokens, &[])
+        if self.defaults.is_empty() {
+            return self.forward_multi_lora(scratch, caches, tokens, &[]);
+        }
+        let picks = vec![&self.defaults[..]; tokens.len()];
+        self.forward_multi_lora(scratch, caches, tokens, &picks)
     }
 
     /// [`Model::forward_multi`] with sequence i's adapters `picks[i]` (or none on any when
