@@ -1,0 +1,58 @@
+#!/usr/bin/env bash
+# A full fine-tune of SmolLM2-135M-Instruct (F32, dequantized by `toy quantize`) in toy against
+# llama.cpp's `llama-finetune` (0c1e570, examples/training/finetune.cpp), one run each on the
+# same text at ctx 256 with one 256-token sequence a step, 2 threads: tokens/s and peak RSS.
+# llama-finetune trains on every 256-token window of the file with stride 128 (its dataset,
+# 5% held out); toy on `{"text"}` records of the same file (1400-character windows, stride
+# 700, truncated to ctx + 1 tokens), the same number of steps, lr 1e-5 constant as
+# llama-finetune's default. Not part of CI.
+#
+# Usage: LLAMA_BIN=path/to/llama.cpp/build/bin bench/full-ft-llama.sh [TEXT]
+#   (default TEXT: ../shared/golden/gpl-3.txt; LLAMA_BIN holds llama-finetune, e.g. a build of
+#   bench/compare-llama-cpp.sh's tree with `cmake --build DIR --target llama-finetune`)
+set -euo pipefail
+cd "$(dirname "$0")/.."
+text=${1:-../shared/golden/gpl-3.txt}
+bin=${LLAMA_BIN:?set LLAMA_BIN to the folder holding llama-finetune}
+work=target/full-ft-bench
+mkdir -p "$work"
+bash scripts/fetch-model.sh >/dev/null
+cargo build --release --quiet --bin toy
+base="$work/smollm2-f32.gguf"
+[ -f "$base" ] || target/release/toy quantize models/SmolLM2-135M-Instruct.Q4_1.gguf "$base" --type F32 >/dev/null
+echo "llama-finetune ..." >&2
+LD_LIBRARY_PATH="$bin" /usr/bin/time -v "$bin/llama-finetune" -m "$base" -f "$text" -c 256 -b 256 -ub 256 \
+  -t 2 --epochs 1 -o "$work/llama-out.gguf" >"$work/llama.log" 2>&1
+python3 - "$text" "$work/text.jsonl" <<'PY'
+import json, sys
+t = open(sys.argv[1]).read()
+with open(sys.argv[2], "w") as f:
+    for i in range(0, len(t) - 1400, 700):
+        f.write(json.dumps({"text": t[i:i + 1400]}) + "\n")
+PY
+head -n 4 data/sft/val.jsonl >"$work/val.jsonl"
+steps=$(grep -o 'data=[0-9]*/[0-9]*' "$work/llama.log" | tail -n 1 | cut -d/ -f2 | sed 's/^0*//')
+echo "toy finetune, full, $steps steps ..." >&2
+rm -rf "$work/runs"
+/usr/bin/time -v target/release/toy finetune recipes/sft-smollm2-full.toml \
+  --set "base.model=\"$base\"" --set "data.train=\"$work/text.jsonl\"" --set "data.val=\"$work/val.jsonl\"" \
+  --set 'data.on_long="truncate"' --set train.ctx=256 --set train.batch=1 --set train.steps="$steps" \
+  --set eval.interval=100000 --set checkpoint.interval=100000 --set optim.lr=1e-5 --set optim.min_lr=1e-5 \
+  --set optim.warmup=0 --runs-dir "$work/runs" >"$work/toy.log" 2>&1
+python3 - "$work" "$steps" <<'PY'
+import glob, json, re, sys
+work, steps = sys.argv[1], int(sys.argv[2])
+def rss(log):
+    return int(re.search(r"Maximum resident set size \(kbytes\): (\d+)", open(log).read()).group(1)) / 1024
+ll = open(f"{work}/llama.log").read()
+# the train bar's elapsed time at its last update
+h, m, s = map(int, re.findall(r"train: .*?t=(\d+):(\d+):(\d+)", ll)[-1])
+llama_tok_s = steps * 256 / (3600 * h + 60 * m + s)
+ev = [json.loads(l) for l in open(glob.glob(f"{work}/runs/*/events.jsonl")[0])]
+st = [e for e in ev if e["type"] == "step"]
+toy_tok_s = sum(256 / e["tok_s"] for e in st) and len(st) * 256 / sum(256 / e["tok_s"] for e in st)
+print(f"| | llama-finetune | toy finetune (full) | ratio |")
+print(f"|---|---|---|---|")
+print(f"| tokens/s | {llama_tok_s:.1f} | {toy_tok_s:.1f} | {toy_tok_s / llama_tok_s:.2f}x |")
+print(f"| peak RSS MiB | {rss(f'{work}/llama.log'):.0f} | {rss(f'{work}/toy.log'):.0f} | |")
+PY
