@@ -4,8 +4,10 @@
 //! assistant turns only; adapters as llama.cpp's LoRA GGUF (`llama-adapter.cpp`), and merging.
 
 pub mod adapter;
+pub mod evaluate;
 pub mod merge;
 pub mod recipe;
 pub mod run;
+mod save;
 pub mod sft;
 mod sft_batch;

@@ -4,13 +4,14 @@
 //! state; full runs checkpoint the whole model as an f32 GGUF with the base's tokenizer.
 //! The validation figure is the mean negative log-likelihood of the held-out assistant tokens.
 
-use super::adapter::{LoraAdapter, LoraTensor};
+use super::evaluate::{eval_nll, sample};
 use super::recipe::{FinetuneRecipe, Method};
+use super::save::save;
 use super::sft::{load_jsonl, SftBatcher, SftSet, IGNORE};
 use crate::chat_template::ChatTemplate;
-use crate::gguf::{GgufFile, Value};
+use crate::gguf::GgufFile;
 use crate::tokenizer::Tokenizer;
-use crate::train::checkpoint::{self, Fault, StateHeader, StateView};
+use crate::train::checkpoint;
 use crate::train::events::{now, Event, EventLog};
 use crate::train::run::RunDir;
 use crate::train::trainer::{Outcome, TrainRunError};
@@ -34,7 +35,7 @@ pub enum FinetuneError {
     Empty { what: String, use_: &'static str },
 }
 
-fn run_err(e: impl Into<TrainRunError>) -> FinetuneError {
+pub(super) fn run_err(e: impl Into<TrainRunError>) -> FinetuneError {
     FinetuneError::Run(e.into())
 }
 
@@ -133,85 +134,6 @@ fn compact(x: &mut [u32], y: &mut [u32], b: usize, t: usize) -> usize {
         y.copy_within(r * t..r * t + te, r * te);
     }
     te
-}
-
-/// Mean negative log-likelihood of the trained (assistant) tokens of `set`, each sample once.
-pub fn eval_nll(model: &mut TrainModel, set: &SftSet) -> f32 {
-    let b = model.batch();
-    let (mut sum, mut count) = (0f64, 0usize);
-    for chunk in set.samples.chunks(b) {
-        let t = chunk
-            .iter()
-            .map(|s| s.tokens.len() - 1)
-            .max()
-            .unwrap_or(1)
-            .max(1);
-        let (mut x, mut y) = (vec![0u32; chunk.len() * t], vec![IGNORE; chunk.len() * t]);
-        for (r, s) in chunk.iter().enumerate() {
-            for i in 0..s.tokens.len() - 1 {
-                x[r * t + i] = s.tokens[i];
-                y[r * t + i] = if s.train[i + 1] {
-                    s.tokens[i + 1]
-                } else {
-                    IGNORE
-                };
-            }
-        }
-        let n = y.iter().filter(|&&v| v != IGNORE).count();
-        if n > 0 {
-            sum += model.forward_loss(&x, &y, chunk.len(), t) as f64 * n as f64;
-            count += n;
-        }
-    }
-    (sum / count.max(1) as f64) as f32
-}
-
-/// Greedy reply (up to 32 tokens) to the first validation sample's prompt.
-fn sample(model: &mut TrainModel, tok: &Tokenizer, val: &SftSet) -> String {
-    let s = &val.samples[0];
-    let start = s.train.iter().position(|&t| t).unwrap_or(s.tokens.len());
-    let mut ids = s.tokens[..start].to_vec();
-    let ctx = model.cfg.ctx;
-    for _ in 0..32 {
-        let window = &ids[ids.len().saturating_sub(ctx)..];
-        let l = model.logits_last(window);
-        let next = (0..l.len())
-            .max_by(|&a, &b| l[a].total_cmp(&l[b]))
-            .unwrap_or(0) as u32;
-        if tok.is_eog(next) {
-            break;
-        }
-        ids.push(next);
-    }
-    tok.decode(&ids[start..])
-}
-
-/// The adapters of a LoRA model, as llama.cpp's adapter file holds them (alpha = s * r, so
-/// llama.cpp's alpha / r is the trained scale, rsLoRA included).
-pub fn adapter_of(model: &TrainModel, recipe: &FinetuneRecipe, arch: &str) -> LoraAdapter {
-    let r = recipe.finetune.rank;
-    let infos = model.params_info();
-    let mut tensors = Vec::new();
-    for a in infos.iter().filter(|i| i.name.ends_with(".lora_a")) {
-        let base = a.name.trim_end_matches(".lora_a").to_string();
-        let b = infos
-            .iter()
-            .find(|i| i.name == format!("{base}.lora_b"))
-            .expect("lora_b beside lora_a");
-        tensors.push(LoraTensor {
-            base,
-            n_in: a.dims[0] as usize,
-            n_out: b.dims[1] as usize,
-            rank: r,
-            a: model.params[a.range.clone()].to_vec(),
-            b: model.params[b.range.clone()].to_vec(),
-        });
-    }
-    LoraAdapter {
-        arch: arch.to_string(),
-        alpha: recipe.lora_scale() * r as f32,
-        tensors,
-    }
 }
 
 /// What a run does besides training, for tests and benchmarks.
@@ -413,56 +335,4 @@ pub fn finetune(
         last_checkpoint: last_ckpt,
         finished: true,
     })
-}
-
-/// Writes checkpoint `step`: the adapter (LoRA) or the model (full) as `ckpt-NNNNNN.gguf`,
-/// then the optimizer state (`.state`, the mark of a complete checkpoint).
-fn save(
-    run: &RunDir,
-    recipe: &FinetuneRecipe,
-    d: &Loaded,
-    model: &TrainModel,
-    opt: &AdamW,
-    batcher: &SftBatcher,
-    step: usize,
-) -> Result<PathBuf, FinetuneError> {
-    let gguf = run.path.join(checkpoint::gguf_name(step));
-    let arch = d.file.architecture().unwrap_or("llama");
-    match recipe.finetune.method {
-        Method::Lora => adapter_of(model, recipe, arch).write(&gguf)?,
-        Method::Full => {
-            let kv: Vec<(String, Value)> = d
-                .file
-                .metadata
-                .iter()
-                .filter(|(k, _)| k.starts_with("tokenizer."))
-                .cloned()
-                .collect();
-            crate::train::export::to_gguf(model, &kv, &recipe.name)
-                .and_then(|w| w.write_file(&gguf))
-                .map_err(run_err)?;
-        }
-    }
-    let (rng, epoch, pos) = batcher.state();
-    let header = StateHeader {
-        step,
-        adam_t: opt.t,
-        data_rng: rng,
-        n_params: model.params.len() as u64,
-        data_epoch: epoch,
-        data_pos: pos,
-    };
-    let view = StateView {
-        header,
-        params: &model.params,
-        m: &opt.m,
-        v: &opt.v,
-    };
-    checkpoint::save_state(
-        &run.path.join(checkpoint::state_name(step)),
-        &view,
-        Fault::None,
-    )
-    .map_err(run_err)?;
-    Ok(gguf)
 }
