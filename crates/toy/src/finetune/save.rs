@@ -18,23 +18,17 @@ use tinynn::optim::AdamW;
 /// llama.cpp's alpha / r is the trained scale, rsLoRA included).
 pub fn adapter_of(model: &TrainModel, recipe: &FinetuneRecipe, arch: &str) -> LoraAdapter {
     let r = recipe.finetune.rank;
-    let infos = model.params_info();
-    let mut tensors = Vec::new();
-    for a in infos.iter().filter(|i| i.name.ends_with(".lora_a")) {
-        let base = a.name.trim_end_matches(".lora_a").to_string();
-        let b = infos
-            .iter()
-            .find(|i| i.name == format!("{base}.lora_b"))
-            .expect("lora_b beside lora_a");
-        tensors.push(LoraTensor {
-            base,
-            n_in: a.dims[0] as usize,
-            n_out: b.dims[1] as usize,
+    let tensors = model
+        .adapters()
+        .map(|l| LoraTensor {
+            base: l.base.clone(),
+            n_in: l.a.len() / r,
+            n_out: l.b.len() / r,
             rank: r,
-            a: model.params[a.range.clone()].to_vec(),
-            b: model.params[b.range.clone()].to_vec(),
-        });
-    }
+            a: model.params[l.a.clone()].to_vec(),
+            b: model.params[l.b.clone()].to_vec(),
+        })
+        .collect();
     LoraAdapter {
         arch: arch.to_string(),
         alpha: recipe.lora_scale() * r as f32,

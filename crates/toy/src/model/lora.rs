@@ -92,6 +92,8 @@ impl LoadedLora {
 pub struct RowLoras<'a> {
     loras: &'a [LoadedLora],
     runs: Vec<(usize, &'a [(usize, f32)])>,
+    /// x A^T of the adapter being applied (rows x rank), reused by every call of the pass.
+    u: std::cell::RefCell<Vec<f32>>,
 }
 
 impl<'a> RowLoras<'a> {
@@ -100,6 +102,7 @@ impl<'a> RowLoras<'a> {
         Self {
             loras: &[],
             runs: Vec::new(),
+            u: Default::default(),
         }
     }
 
@@ -122,7 +125,11 @@ impl<'a> RowLoras<'a> {
         {
             runs.clear();
         }
-        Self { loras, runs }
+        Self {
+            loras,
+            runs,
+            u: Default::default(),
+        }
     }
 
     /// y (T, N) += each row's adapters on matrix `target` of layer `l`, from x (T, K).
@@ -141,8 +148,10 @@ impl<'a> RowLoras<'a> {
                     ..m.lora
                 };
                 let (k, ny) = (lora.n_in, lora.n_out);
-                // (n, r) scratch: tiny beside the base product it follows
-                let mut u = vec![0f32; n * lora.rank];
+                let mut u = self.u.borrow_mut();
+                if u.len() < n * lora.rank {
+                    u.resize(n * lora.rank, 0.0);
+                }
                 let x = &x[r0 * k..(r0 + n) * k];
                 let y = &mut y[r0 * ny..(r0 + n) * ny];
                 lora.forward(x, &m.a, &m.b, &mut u, y, ny, n);

@@ -5,7 +5,7 @@
 //! allocates nothing. Results depend only on the inputs (not on the thread count).
 //! Letters: B sequences, T positions, N = B*T rows, C width, V vocabulary.
 
-use super::params::{Layout, ParamInfo};
+use super::params::{Layout, LoraRanges, ParamInfo};
 use super::shard::{Net, Shard};
 use super::{ModelConfig, TrainArch, TrainError};
 use crate::gguf::GgufFile;
@@ -131,13 +131,18 @@ impl TrainModel {
         if self.net.frozen_head.is_none() {
             return Vec::new();
         }
+        let trained: Vec<&Range<usize>> = self.adapters().flat_map(|a| [&a.a, &a.b]).collect();
         let infos = &self.net.layout.infos;
-        let lora = |n: &str| n.ends_with(".lora_a") || n.ends_with(".lora_b");
         infos
             .iter()
-            .filter(|i| !lora(&i.name))
+            .filter(|i| !trained.contains(&&i.range))
             .map(|i| i.range.clone())
             .collect()
+    }
+
+    /// A LoRA run's adapters, block by block: base tensor name and the ranges of A and B.
+    pub(crate) fn adapters(&self) -> impl Iterator<Item = &LoraRanges> {
+        self.net.layout.lora.iter().flatten()
     }
 
     fn with_net(
