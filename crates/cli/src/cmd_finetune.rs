@@ -3,8 +3,8 @@
 //! `toy finetune --resume runs/<id>`. Shows a progress bar (step, loss, tokens/s, ETA) and
 //! the held-out loss of the assistant tokens with a greedy reply as evaluations come.
 
+use crate::progress::RunBar;
 use anyhow::{bail, Result};
-use indicatif::{ProgressBar, ProgressStyle};
 use std::path::PathBuf;
 use toy::finetune::recipe::{FinetuneRecipe, Method};
 use toy::finetune::run::{finetune, load, Hooks};
@@ -94,30 +94,12 @@ pub fn run(a: Args) -> Result<()> {
         recipe.train.ctx,
         if resume { ", resuming" } else { "" }
     );
-    let pb = ProgressBar::new(recipe.train.steps as u64);
-    pb.set_style(
-        ProgressStyle::with_template(
-            "{bar:30} {pos}/{len} steps  {msg}  elapsed {elapsed_precise}  eta {eta_precise}",
-        )
-        .unwrap_or_else(|_| ProgressStyle::default_bar()),
-    );
-    let mut tok_s_avg = 0.0f64;
+    let mut bar = RunBar::new(recipe.train.steps);
     let mut observe = |e: &Event| {
-        match e {
-        Event::RunStart { start_step, .. } => pb.set_position(*start_step as u64),
-        Event::Step { step, loss, tok_s, .. } => {
-            tok_s_avg = if tok_s_avg == 0.0 { *tok_s } else { 0.9 * tok_s_avg + 0.1 * tok_s };
-            pb.set_position(*step as u64);
-            pb.set_message(format!("loss {loss:.4}  {tok_s_avg:.0} tok/s"));
-        }
-        Event::Eval { step, val_loss, sample } => pb.println(format!(
-            "step {step}: held-out assistant loss {val_loss:.4} (mean log-likelihood {:.4})  reply: {:?}",
-            -val_loss,
-            sample.chars().take(160).collect::<String>()
-        )),
-        Event::Checkpoint { path, .. } => pb.println(format!("checkpoint {path}")),
-        Event::RunEnd { .. } => {}
-    }
+        bar.observe(e, |step, val_loss, reply| {
+            let ll = -val_loss;
+            format!("step {step}: held-out assistant loss {val_loss:.4} (mean log-likelihood {ll:.4})  reply: {reply:?}")
+        })
     };
     let hooks = Hooks {
         stop_after: a.stop_after,
@@ -125,7 +107,7 @@ pub fn run(a: Args) -> Result<()> {
         checkpoint_at_start: a.checkpoint_start,
     };
     let outcome = finetune(&run, &recipe, resume, &hooks, &mut observe);
-    pb.finish_and_clear();
+    bar.pb.finish_and_clear();
     let outcome = outcome?;
     println!(
         "{} after {} steps: loss {:.4}{}",

@@ -3,8 +3,8 @@
 //! `toy train RECIPE --init-from DONOR.gguf` to start the recipe's model from a donor. Shows a
 //! progress bar (step, loss, tokens/s, ETA) and the evaluations as they come.
 
+use crate::progress::RunBar;
 use anyhow::{bail, Result};
-use indicatif::{ProgressBar, ProgressStyle};
 use std::path::PathBuf;
 use toy::train::events::Event;
 use toy::train::recipe::Recipe;
@@ -70,37 +70,11 @@ pub fn run(a: Args) -> Result<()> {
         recipe.model.ctx,
         if resume { ", resuming" } else { "" }
     );
-    let pb = ProgressBar::new(recipe.train.steps as u64);
-    pb.set_style(
-        ProgressStyle::with_template(
-            "{bar:30} {pos}/{len} steps  {msg}  elapsed {elapsed_precise}  eta {eta_precise}",
-        )
-        .unwrap_or_else(|_| ProgressStyle::default_bar()),
-    );
-    let mut tok_s_avg = 0.0f64;
-    let mut observe = |e: &Event| match e {
-        Event::RunStart { start_step, .. } => pb.set_position(*start_step as u64),
-        Event::Step {
-            step, loss, tok_s, ..
-        } => {
-            tok_s_avg = if tok_s_avg == 0.0 {
-                *tok_s
-            } else {
-                0.9 * tok_s_avg + 0.1 * tok_s
-            };
-            pb.set_position(*step as u64);
-            pb.set_message(format!("loss {loss:.4}  {tok_s_avg:.0} tok/s"));
-        }
-        Event::Eval {
-            step,
-            val_loss,
-            sample,
-        } => pb.println(format!(
-            "step {step}: val loss {val_loss:.4}  sample: {:?}",
-            sample.chars().take(160).collect::<String>()
-        )),
-        Event::Checkpoint { path, .. } => pb.println(format!("checkpoint {path}")),
-        Event::RunEnd { .. } => {}
+    let mut bar = RunBar::new(recipe.train.steps);
+    let mut observe = |e: &Event| {
+        bar.observe(e, |step, val_loss, sample| {
+            format!("step {step}: val loss {val_loss:.4}  sample: {sample:?}")
+        })
     };
     let hooks = Hooks {
         stop_after: a.stop_after,
@@ -109,7 +83,7 @@ pub fn run(a: Args) -> Result<()> {
         ..Hooks::default()
     };
     let outcome = train(&run, &recipe, resume, &hooks, &mut observe);
-    pb.finish_and_clear();
+    bar.pb.finish_and_clear();
     let outcome = outcome?;
     println!(
         "{} after {} steps: loss {:.4}{}",

@@ -18,6 +18,7 @@ mod cmd_template;
 mod cmd_tokenize;
 mod cmd_train;
 mod common;
+mod progress;
 
 use clap::{Parser, Subcommand};
 use std::process::ExitCode;
