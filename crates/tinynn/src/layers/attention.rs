@@ -6,6 +6,10 @@
 //! Shapes: qkv (N, S) with N = B*T rows of S = (H + 2 Hkv) D: the H query heads, then Hkv key
 //! heads, then Hkv value heads, each of D. Query head h reads key/value head h / (H / Hkv).
 //! out (N, H*D), lse (B, H, T).
+//!
+//! Packed rows (several samples in one sequence, as varlen FlashAttention): `pos` (N) gives
+//! each row's position inside its sample, 0 where a sample starts; a query then attends only
+//! to the keys of its own sample, so each sample is computed as if it stood alone.
 
 use super::attention_tiles::{head_backward, head_forward, HeadJob};
 use super::{in_serial, SendPtr};
@@ -61,15 +65,35 @@ impl Attention {
 
     /// qkv (B*T, S) -> out (B*T, H*D), saving lse (B, H, T). One task per (sequence, head).
     pub fn forward(&self, qkv: &[f32], out: &mut [f32], lse: &mut [f32], b: usize, t: usize) {
+        self.forward_packed(qkv, out, lse, b, t, None)
+    }
+
+    /// [`Self::forward`] with each sequence cut into samples by `pos` (N), see the module doc.
+    pub fn forward_packed(
+        &self,
+        qkv: &[f32],
+        out: &mut [f32],
+        lse: &mut [f32],
+        b: usize,
+        t: usize,
+        pos: Option<&[u32]>,
+    ) {
         let (s, hd, nh) = (self.qkv_width(), self.n_head * self.head_dim, self.n_head);
         assert!(qkv.len() >= b * t * s && out.len() >= b * t * hd && lse.len() >= b * nh * t);
+        assert!(
+            pos.is_none_or(|p| p.len() >= b * t),
+            "pos must give every row"
+        );
         let out_ptr = SendPtr(out.as_mut_ptr());
         let task = |(bh, lse): (usize, &mut [f32])| {
             let (bi, h) = (bh / nh, bh % nh);
-            let seq = &qkv[bi * t * s..(bi + 1) * t * s];
-            // SAFETY: the sequence's output rows start here and stay inside out (checked above).
-            let o = SendPtr(unsafe { out_ptr.get().add(bi * t * hd) });
-            head_forward(seq, self.job(h, t), o, lse);
+            for (r0, len) in samples(pos.map(|p| &p[bi * t..(bi + 1) * t]), t) {
+                let rows = bi * t + r0..bi * t + r0 + len;
+                let seq = &qkv[rows.start * s..rows.end * s];
+                // SAFETY: the sample's output rows start here and stay inside out (checked above).
+                let o = SendPtr(unsafe { out_ptr.get().add(rows.start * hd) });
+                head_forward(seq, self.job(h, len), o, &mut lse[r0..r0 + len]);
+            }
         };
         if in_serial() {
             lse[..b * nh * t].chunks_mut(t).enumerate().for_each(task);
@@ -93,6 +117,22 @@ impl Attention {
         dqkv: &mut [f32],
         b: usize,
         t: usize,
+    ) {
+        self.backward_packed(dout, qkv, out, lse, dqkv, b, t, None)
+    }
+
+    /// [`Self::backward`] of [`Self::forward_packed`] with the same `pos`.
+    #[allow(clippy::too_many_arguments)]
+    pub fn backward_packed(
+        &self,
+        dout: &[f32],
+        qkv: &[f32],
+        out: &[f32],
+        lse: &[f32],
+        dqkv: &mut [f32],
+        b: usize,
+        t: usize,
+        pos: Option<&[u32]>,
     ) {
         let (s, hd, nh, nkv, d) = (
             self.qkv_width(),
@@ -118,15 +158,20 @@ impl Attention {
                 }
             }
             for h in g * rep..(g + 1) * rep {
-                let rows = bi * t..(bi + 1) * t;
-                head_backward(
-                    &dout[rows.start * hd..rows.end * hd],
-                    &qkv[rows.start * s..rows.end * s],
-                    &out[rows.start * hd..rows.end * hd],
-                    &lse[(bi * nh + h) * t..(bi * nh + h + 1) * t],
-                    self.job(h, t),
-                    seq,
-                );
+                for (r0, len) in samples(pos.map(|p| &p[bi * t..(bi + 1) * t]), t) {
+                    let rows = bi * t + r0..bi * t + r0 + len;
+                    let l0 = (bi * nh + h) * t + r0;
+                    // SAFETY: the sample's rows of this sequence's dqkv.
+                    let at = SendPtr(unsafe { seq.get().add(r0 * s) });
+                    head_backward(
+                        &dout[rows.start * hd..rows.end * hd],
+                        &qkv[rows.start * s..rows.end * s],
+                        &out[rows.start * hd..rows.end * hd],
+                        &lse[l0..l0 + len],
+                        self.job(h, len),
+                        at,
+                    );
+                }
             }
         };
         if in_serial() {
@@ -135,6 +180,17 @@ impl Attention {
             (0..b * nkv).into_par_iter().for_each(task);
         }
     }
+}
+
+/// The samples of one sequence of `t` rows as (first row, length): split where `pos` is 0,
+/// or the whole sequence without `pos`.
+fn samples(pos: Option<&[u32]>, t: usize) -> impl Iterator<Item = (usize, usize)> + '_ {
+    let mut starts: Vec<usize> = match pos {
+        None => vec![0],
+        Some(p) => (0..t).filter(|&i| i == 0 || p[i] == 0).collect(),
+    };
+    starts.push(t);
+    (0..starts.len() - 1).map(move |i| (starts[i], starts[i + 1] - starts[i]))
 }
 
 #[cfg(test)]
@@ -215,6 +271,33 @@ mod tests {
             let mut dqkv = vec![f32::NAN; b * t * s];
             a.backward(&dy, &qkv, &out, &lse, &mut dqkv, b, t);
             check("attention dqkv", &qkv, &dqkv, 1e-2, 2e-3, run);
+        }
+    }
+
+    #[test]
+    fn packed_samples_attend_only_inside_themselves() {
+        // one sequence holding samples of 5, 66 (over one query tile) and 4 rows
+        let a = Attention::new(4, 2, 4);
+        let (s, hd) = (a.qkv_width(), 16);
+        let lens = [5usize, 66, 4];
+        let t: usize = lens.iter().sum();
+        let pos: Vec<u32> = lens.iter().flat_map(|&l| 0..l as u32).collect();
+        let qkv: Vec<f32> = test_data(t * s, 4).iter().map(|v| 2.0 * v).collect();
+        let dy = test_data(t * hd, 5);
+        let (mut out, mut lse) = (vec![0.0; t * hd], vec![0.0; 4 * t]);
+        a.forward_packed(&qkv, &mut out, &mut lse, 1, t, Some(&pos));
+        let mut dqkv = vec![f32::NAN; t * s];
+        a.backward_packed(&dy, &qkv, &out, &lse, &mut dqkv, 1, t, Some(&pos));
+        let mut r0 = 0;
+        for &l in &lens {
+            let rows = |x: &[f32], w: usize| x[r0 * w..(r0 + l) * w].to_vec();
+            let (mut o1, mut lse1) = (vec![0.0; l * hd], vec![0.0; 4 * l]);
+            a.forward(&rows(&qkv, s), &mut o1, &mut lse1, 1, l);
+            assert_eq!(o1, rows(&out, hd), "sample at row {r0}: forward");
+            let mut d1 = vec![f32::NAN; l * s];
+            a.backward(&rows(&dy, hd), &rows(&qkv, s), &o1, &lse1, &mut d1, 1, l);
+            assert_eq!(d1, rows(&dqkv, s), "sample at row {r0}: backward");
+            r0 += l;
         }
     }
 }

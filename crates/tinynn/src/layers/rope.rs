@@ -57,7 +57,9 @@ impl Rope {
     }
 
     /// Turn the first `n_heads` heads of each of the N rows of `x` (row stride `stride`);
-    /// row i is at position i % t. `inverse` turns by -theta (the backward).
+    /// row i is at position `pos[i]`, or i % t without `pos`. `inverse` turns by -theta (the
+    /// backward).
+    #[allow(clippy::too_many_arguments)]
     fn apply(
         &self,
         x: &mut [f32],
@@ -65,6 +67,7 @@ impl Rope {
         n_heads: usize,
         t: usize,
         n: usize,
+        pos: Option<&[u32]>,
         inverse: bool,
     ) {
         assert!(
@@ -74,8 +77,14 @@ impl Rope {
         );
         let half = self.head_dim / 2;
         let sign = if inverse { -1.0 } else { 1.0 };
+        assert!(pos.is_none_or(|p| p.len() >= n), "pos must give every row");
         for (i, row) in x[..n * stride].chunks_exact_mut(stride).enumerate() {
-            let p = i % t;
+            let p = pos.map_or(i % t, |p| p[i] as usize);
+            assert!(
+                p < self.ctx(),
+                "position {p}, rope tables for {}",
+                self.ctx()
+            );
             let (cos, sin) = (
                 &self.cos[p * half..(p + 1) * half],
                 &self.sin[p * half..(p + 1) * half],
@@ -86,12 +95,35 @@ impl Rope {
 
     /// Rotate in place: x (N, S), the first `n_heads` heads of D in each row.
     pub fn forward(&self, x: &mut [f32], stride: usize, n_heads: usize, t: usize, n: usize) {
-        self.apply(x, stride, n_heads, t, n, false)
+        self.apply(x, stride, n_heads, t, n, None, false)
+    }
+
+    /// [`Self::forward`] and [`Self::backward`] with row i at position `pos[i]` (packed
+    /// samples, each counting from 0) when `pos` is given.
+    pub fn at<'a>(&'a self, pos: Option<&'a [u32]>) -> RopeAt<'a> {
+        RopeAt { rope: self, pos }
     }
 
     /// The gradient through the rotation, in place (a rotation's transpose is its inverse).
     pub fn backward(&self, dx: &mut [f32], stride: usize, n_heads: usize, t: usize, n: usize) {
-        self.apply(dx, stride, n_heads, t, n, true)
+        self.apply(dx, stride, n_heads, t, n, None, true)
+    }
+}
+
+/// A [`Rope`] with the rows' positions: i % t, or `pos[i]` for packed samples.
+#[derive(Clone, Copy)]
+pub struct RopeAt<'a> {
+    pub rope: &'a Rope,
+    pub pos: Option<&'a [u32]>,
+}
+
+impl RopeAt<'_> {
+    pub fn forward(&self, x: &mut [f32], stride: usize, n_heads: usize, t: usize, n: usize) {
+        self.rope.apply(x, stride, n_heads, t, n, self.pos, false)
+    }
+
+    pub fn backward(&self, dx: &mut [f32], stride: usize, n_heads: usize, t: usize, n: usize) {
+        self.rope.apply(dx, stride, n_heads, t, n, self.pos, true)
     }
 }
 

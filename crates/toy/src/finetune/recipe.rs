@@ -68,6 +68,9 @@ pub struct SftDataSection {
     pub val_fraction: f64,
     #[serde(default)]
     pub on_long: OnLong,
+    /// Several samples to a row of `ctx`, each attending only to itself.
+    #[serde(default)]
+    pub pack: bool,
 }
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]

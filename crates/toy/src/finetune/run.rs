@@ -120,18 +120,25 @@ pub fn model(
             }
         },
     };
-    m.map_err(run_err)
+    let m = m.map_err(run_err)?;
+    if recipe.data.pack {
+        m.check_packing().map_err(run_err)?;
+    }
+    Ok(m)
 }
 
 /// Cuts the (B, T) batch to (B, T') with T' just past the last trained target of any row
 /// (the rest is padding, which carries no loss and, causally, changes nothing before it);
-/// returns T'.
-fn compact(x: &mut [u32], y: &mut [u32], b: usize, t: usize) -> usize {
+/// returns T'. `pos`, when packed, is cut alike.
+fn compact(x: &mut [u32], y: &mut [u32], pos: &mut [u32], b: usize, t: usize) -> usize {
     let last = |r: usize| y[r * t..(r + 1) * t].iter().rposition(|&v| v != IGNORE);
     let te = (0..b).filter_map(last).max().map_or(1, |i| i + 1);
     for r in 1..b {
         x.copy_within(r * t..r * t + te, r * te);
         y.copy_within(r * t..r * t + te, r * te);
+        if !pos.is_empty() {
+            pos.copy_within(r * t..r * t + te, r * te);
+        }
     }
     te
 }
@@ -238,7 +245,9 @@ pub fn finetune(
             sample: sample(&mut model, &d.tok, &d.val),
         })?;
     }
+    let pack = recipe.data.pack;
     let (mut x, mut y) = (vec![0u32; b * t], vec![0u32; b * t]);
+    let mut pos = vec![0u32; if pack { b * t } else { 0 }];
     let (mut last_loss, mut last_ckpt) = (f32::NAN, None);
     let total = recipe.train.steps;
     for step in start + 1..=total {
@@ -246,8 +255,12 @@ pub fn finetune(
         model.zero_grad();
         let (mut loss, mut tokens) = (0.0, 0);
         for _ in 0..accum {
-            batcher.next(&d.train, &mut x, &mut y);
-            let te = compact(&mut x, &mut y, b, t);
+            if pack {
+                batcher.next_packed(&d.train, &mut x, &mut y, &mut pos);
+            } else {
+                batcher.next(&d.train, &mut x, &mut y);
+            }
+            let te = compact(&mut x, &mut y, &mut pos, b, t);
             tokens += b * te;
             if let Some(f) = dump.as_mut() {
                 use std::io::Write;
@@ -255,7 +268,10 @@ pub fn finetune(
                     .iter()
                     .map(|&v| (v != IGNORE).then_some(v))
                     .collect();
-                let line = serde_json::json!({"step": step, "b": b, "t": te, "inputs": &x[..b * te], "targets": ys});
+                let mut line = serde_json::json!({"step": step, "b": b, "t": te, "inputs": &x[..b * te], "targets": ys});
+                if pack {
+                    line["pos"] = serde_json::json!(&pos[..b * te]);
+                }
                 writeln!(f, "{line}").map_err(|source| {
                     run_err(TrainRunError::Io {
                         path: PathBuf::from("dump"),
@@ -263,13 +279,12 @@ pub fn finetune(
                     })
                 })?;
             }
-            loss += model.forward_backward_scaled(
-                &x[..b * te],
-                &y[..b * te],
-                b,
-                te,
-                1.0 / accum as f32,
-            ) / accum as f32;
+            let (xs, ys, scale) = (&x[..b * te], &y[..b * te], 1.0 / accum as f32);
+            loss += if pack {
+                model.forward_backward_packed(xs, ys, &pos[..b * te], (b, te), scale)
+            } else {
+                model.forward_backward_scaled(xs, ys, b, te, scale)
+            } / accum as f32;
         }
         for r in &frozen {
             model.grads[r.clone()].fill(0.0);

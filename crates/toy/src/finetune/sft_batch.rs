@@ -6,8 +6,13 @@
 //! (L <= T + 1): `inputs[b, t] = s.tokens[t]` for t < L - 1, then the sample's last token as
 //! padding; `targets[b, t] = s.tokens[t + 1]` where `s.train[t + 1]`, else [`IGNORE`], and
 //! [`IGNORE`] over the padding. A batch may run across an epoch boundary.
+//!
+//! Packed ([`SftBatcher::next_packed`]): a row takes samples in order while the next still
+//! fits (the first always does, cut to T), and `pos` counts each row's position inside its
+//! sample from 0, for attention that stays inside each sample; the sample that did not fit
+//! starts the next row (or the next batch: it is put back, so the state stays one position).
 
-use super::sft::{SftSet, IGNORE};
+use super::sft::{Sample, SftSet, IGNORE};
 use crate::train::rng::SplitMix64;
 
 pub struct SftBatcher {
@@ -82,6 +87,54 @@ impl SftBatcher {
     /// many targets carry loss.
     pub fn next(&mut self, set: &SftSet, inputs: &mut [u32], targets: &mut [u32]) -> usize {
         let (b, t) = (self.batch, self.ctx);
+        self.check(set, inputs, targets);
+        let mut trained = 0;
+        for row in 0..b {
+            let s = &set.samples[self.next_index()];
+            let rows = row * t..(row + 1) * t;
+            trained += put(s, &mut inputs[rows.clone()], &mut targets[rows]);
+        }
+        trained
+    }
+
+    /// As [`Self::next`] with several samples to a row, and `pos` (B, T) their positions.
+    pub fn next_packed(
+        &mut self,
+        set: &SftSet,
+        inputs: &mut [u32],
+        targets: &mut [u32],
+        pos: &mut [u32],
+    ) -> usize {
+        let (b, t) = (self.batch, self.ctx);
+        self.check(set, inputs, targets);
+        assert_eq!(pos.len(), b * t, "pos must be (B, T)");
+        let mut trained = 0;
+        for row in 0..b {
+            let mut at = 0;
+            while at < t {
+                let s = &set.samples[self.next_index()];
+                let n = len(s, t).max(1);
+                if at > 0 && at + n > t {
+                    self.pos -= 1; // it starts the next row
+                    break;
+                }
+                let r = row * t + at..row * t + at + n;
+                trained += put(s, &mut inputs[r.clone()], &mut targets[r.clone()]);
+                pos[r].iter_mut().zip(0..).for_each(|(p, i)| *p = i);
+                at += n;
+            }
+            // the padding after the last sample is a sample of its own
+            let r = row * t + at..(row + 1) * t;
+            let pad = inputs[r.start.saturating_sub(1).max(row * t)];
+            inputs[r.clone()].fill(pad);
+            targets[r.clone()].fill(IGNORE);
+            pos[r].iter_mut().zip(0..).for_each(|(p, i)| *p = i);
+        }
+        trained
+    }
+
+    fn check(&self, set: &SftSet, inputs: &[u32], targets: &[u32]) {
+        let (b, t) = (self.batch, self.ctx);
         assert_eq!(inputs.len(), b * t, "inputs must be (B, T)");
         assert_eq!(targets.len(), b * t, "targets must be (B, T)");
         assert_eq!(
@@ -89,25 +142,30 @@ impl SftBatcher {
             self.order.len(),
             "batcher built for another set"
         );
-        let mut trained = 0;
-        for row in 0..b {
-            let s = &set.samples[self.next_index()];
-            let inp = &mut inputs[row * t..(row + 1) * t];
-            let tgt = &mut targets[row * t..(row + 1) * t];
-            // a sample longer than T + 1 (a set loaded with a larger ctx) is cut to fit
-            let n = (s.tokens.len().saturating_sub(1)).min(t);
-            let pad = s.tokens.last().copied().unwrap_or(0);
-            for (i, (x, y)) in inp.iter_mut().zip(tgt.iter_mut()).enumerate() {
-                (*x, *y) = if i >= n {
-                    (pad, IGNORE)
-                } else if s.train[i + 1] {
-                    trained += 1;
-                    (s.tokens[i], s.tokens[i + 1])
-                } else {
-                    (s.tokens[i], IGNORE)
-                };
-            }
-        }
-        trained
     }
+}
+
+/// Positions of `s` a row of `t` takes: its tokens but the last (cut to t when longer, as a
+/// set loaded with a larger ctx can hold).
+fn len(s: &Sample, t: usize) -> usize {
+    s.tokens.len().saturating_sub(1).min(t)
+}
+
+/// Writes `s` into one row's `inputs` and `targets`, padding past its end with its last
+/// token and [`IGNORE`]; returns how many targets carry loss.
+fn put(s: &Sample, inp: &mut [u32], tgt: &mut [u32]) -> usize {
+    let n = len(s, inp.len());
+    let pad = s.tokens.last().copied().unwrap_or(0);
+    let mut trained = 0;
+    for (i, (x, y)) in inp.iter_mut().zip(tgt.iter_mut()).enumerate() {
+        (*x, *y) = if i >= n {
+            (pad, IGNORE)
+        } else if s.train[i + 1] {
+            trained += 1;
+            (s.tokens[i], s.tokens[i + 1])
+        } else {
+            (s.tokens[i], IGNORE)
+        };
+    }
+    trained
 }

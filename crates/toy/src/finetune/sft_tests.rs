@@ -401,3 +401,64 @@ fn batcher_is_seeded_and_resumes_exactly_from_its_state() {
         assert_eq!([head, tail].concat(), a, "resumed after {split} batches");
     }
 }
+
+#[test]
+fn packed_rows_hold_whole_samples_with_positions_from_zero_and_resume_exactly() {
+    // samples of 2..=5 tokens take 1..=4 positions: rows of 6 hold one to three of them
+    let set = toy_set();
+    let (b, t, n) = (2, 6, set.samples.len());
+    let draw = |batcher: &mut SftBatcher| {
+        let (mut inp, mut tgt, mut pos) = (vec![0; b * t], vec![0; b * t], vec![0; b * t]);
+        let trained = batcher.next_packed(&set, &mut inp, &mut tgt, &mut pos);
+        (inp, tgt, pos, trained)
+    };
+    let mut batcher = SftBatcher::new(n, 7, b, t);
+    let mut all = Vec::new();
+    for _ in 0..6 {
+        let (inp, tgt, pos, trained) = draw(&mut batcher);
+        assert_eq!(trained, tgt.iter().filter(|&&y| y != IGNORE).count());
+        for row in 0..b {
+            let r = row * t..(row + 1) * t;
+            let (inp, tgt, pos) = (&inp[r.clone()], &tgt[r.clone()], &pos[r]);
+            assert_eq!(pos[0], 0, "a row starts a sample");
+            let mut i = 0;
+            while i < t {
+                let s = &set.samples[(inp[i] / 10) as usize];
+                let l = (s.tokens.len() - 1).min(t - i);
+                // (every toy_set sample trains its first target; padding trains none)
+                if tgt[i] == IGNORE {
+                    // padding: the row's last token again, no loss, its own sample
+                    assert!(tgt[i..].iter().all(|&y| y == IGNORE), "{inp:?} {pos:?}");
+                    assert!(pos[i..].iter().zip(0..).all(|(p, k)| *p == k), "{pos:?}");
+                    break;
+                }
+                for k in 0..l {
+                    assert_eq!((inp[i + k], pos[i + k]), (s.tokens[k], k as u32));
+                    let want = if s.train[k + 1] {
+                        s.tokens[k + 1]
+                    } else {
+                        IGNORE
+                    };
+                    assert_eq!(tgt[i + k], want, "{inp:?}");
+                }
+                all.push(inp[i] / 10);
+                i += l;
+            }
+        }
+    }
+    assert!(all.len() > 6 * b + 3, "rows hold several samples: {all:?}");
+    // every sample once per pass, in shuffled order, none lost where a row was full
+    for pass in all.chunks(n).filter(|c| c.len() == n) {
+        let mut p = pass.to_vec();
+        p.sort_unstable();
+        assert_eq!(p, [0, 1, 2, 3], "{all:?}");
+    }
+    // resuming from the state mid-way draws the same batches
+    let mut first = SftBatcher::new(n, 7, b, t);
+    let head: Vec<_> = (0..3).map(|_| draw(&mut first)).collect();
+    let mut resumed = SftBatcher::from_state(n, first.state(), b, t);
+    let tail: Vec<_> = (0..3).map(|_| draw(&mut resumed)).collect();
+    let mut whole = SftBatcher::new(n, 7, b, t);
+    let want: Vec<_> = (0..6).map(|_| draw(&mut whole)).collect();
+    assert_eq!([head, tail].concat(), want);
+}

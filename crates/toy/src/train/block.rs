@@ -14,7 +14,7 @@ use tinynn::layers::attention::Attention;
 use tinynn::layers::layernorm::LayerNorm;
 use tinynn::layers::linear::Linear;
 use tinynn::layers::rmsnorm::RmsNorm;
-use tinynn::layers::rope::Rope;
+use tinynn::layers::rope::RopeAt;
 
 /// The norm of a family: RMSNorm (weight) or LayerNorm (weight and bias).
 #[derive(Clone, Copy, Debug)]
@@ -204,7 +204,7 @@ impl Block {
         p: &[f32],
         a: &mut BlockActs,
         out: &mut [f32],
-        rope: &Rope,
+        rope: RopeAt,
         b: usize,
         t: usize,
     ) {
@@ -240,7 +240,8 @@ impl Block {
             );
         }
         // (N, S) -> (N, H*D)
-        self.attn.forward(&a.qkv, &mut a.att, &mut a.lse, b, t);
+        self.attn
+            .forward_packed(&a.qkv, &mut a.att, &mut a.lse, b, t, rope.pos);
         a.xm[..n * c].copy_from_slice(&a.x[..n * c]);
         self.attn_output.forward(
             p,
@@ -300,7 +301,7 @@ impl Block {
         g: &mut [f32],
         a: &BlockActs,
         s: &mut Scratch,
-        rope: &Rope,
+        rope: RopeAt,
         b: usize,
         t: usize,
     ) {
@@ -362,7 +363,7 @@ impl Block {
             n,
         );
         self.attn
-            .backward(&s.datt, &a.qkv, &a.att, &a.lse, &mut s.dqkv, b, t);
+            .backward_packed(&s.datt, &a.qkv, &a.att, &a.lse, &mut s.dqkv, b, t, rope.pos);
         if self.arch == TrainArch::Llama {
             rope.backward(
                 &mut s.dqkv,

@@ -12,7 +12,7 @@ use super::hybrid_params::AttnRanges;
 use tinynn::layers::attention::Attention;
 use tinynn::layers::linear::Linear;
 use tinynn::layers::rmsnorm::RmsNorm;
-use tinynn::layers::rope::Rope;
+use tinynn::layers::rope::RopeAt;
 
 pub(crate) struct GatedAttn {
     h: usize,
@@ -68,7 +68,7 @@ fn sigmoid(x: f32) -> f32 {
 /// pairs (i, i + R/2), by tinynn's adjacent-pair rope on a gathered copy `buf`.
 #[allow(clippy::too_many_arguments)]
 fn rope_neox(
-    rope: &Rope,
+    rope: RopeAt,
     x: &mut [f32],
     s: usize,
     heads: usize,
@@ -78,7 +78,7 @@ fn rope_neox(
     n: usize,
     inverse: bool,
 ) {
-    let (r, half) = (rope.head_dim, rope.head_dim / 2);
+    let (r, half) = (rope.rope.head_dim, rope.rope.head_dim / 2);
     let buf = &mut buf[..n * heads * r];
     for (row, b) in x.chunks_exact(s).zip(buf.chunks_exact_mut(heads * r)) {
         for (hd, bh) in row.chunks_exact(d).zip(b.chunks_exact_mut(r)) {
@@ -161,7 +161,7 @@ impl GatedAttn {
         h: &[f32],
         a: &mut AttnActs,
         out: &mut [f32],
-        rope: &Rope,
+        rope: RopeAt,
         b: usize,
         t: usize,
     ) {
@@ -202,7 +202,8 @@ impl GatedAttn {
         let heads = self.h + self.hkv;
         rope_neox(rope, &mut a.qkv, s, heads, d, &mut a.rot, t, n, false);
         // (N, S) -> (N, H D)
-        self.attn.forward(&a.qkv, &mut a.att, &mut a.lse, b, t);
+        self.attn
+            .forward_packed(&a.qkv, &mut a.att, &mut a.lse, b, t, rope.pos);
         for ((y, x), g) in a.y[..n * q].iter_mut().zip(&a.att).zip(&a.gate) {
             *y = x * sigmoid(*g);
         }
@@ -224,7 +225,7 @@ impl GatedAttn {
         s: &mut AttnScratch,
         dres: &[f32],
         dh: &mut [f32],
-        rope: &Rope,
+        rope: RopeAt,
         b: usize,
         t: usize,
     ) {
@@ -252,7 +253,7 @@ impl GatedAttn {
         }
         // (N, H D) -> (N, S), then back through RoPE
         self.attn
-            .backward(&s.dy, &a.qkv, &a.att, &a.lse, &mut s.dqkv, b, t);
+            .backward_packed(&s.dy, &a.qkv, &a.att, &a.lse, &mut s.dqkv, b, t, rope.pos);
         let heads = self.h + self.hkv;
         rope_neox(rope, &mut s.dqkv, sw, heads, d, &mut s.rot, t, n, true);
         for i in 0..n {

@@ -11,7 +11,7 @@ use super::ModelConfig;
 use tinynn::layers::act::{swiglu_backward, swiglu_forward};
 use tinynn::layers::linear::Linear;
 use tinynn::layers::rmsnorm::RmsNorm;
-use tinynn::layers::rope::Rope;
+use tinynn::layers::rope::RopeAt;
 
 enum Mixer {
     Gdn(GdnMixer),
@@ -150,7 +150,7 @@ impl HybridBlock {
         p: &[f32],
         a: &mut HybridActs,
         out: &mut [f32],
-        rope: &Rope,
+        rope: RopeAt,
         b: usize,
         t: usize,
     ) {
@@ -189,7 +189,7 @@ impl HybridBlock {
         g: &mut [f32],
         a: &mut HybridActs,
         s: &mut HybridScratch,
-        rope: &Rope,
+        rope: RopeAt,
         b: usize,
         t: usize,
     ) {

@@ -254,16 +254,20 @@ impl TrainModel {
         &mut self,
         inputs: &[u32],
         targets: &[u32],
-        b: usize,
-        t: usize,
+        pos: Option<&[u32]>,
+        (b, t): (usize, usize),
         grad_scale: Option<f32>,
     ) -> f64 {
         let (p, net) = (&self.params, &self.net);
-        let one = |sh: &mut Shard, g: Option<&mut [f32]>, x: &[u32], y: &[u32], b: usize| -> f64 {
-            sh.forward(net, p, x, b, t);
+        // one shard on rows r of the batch
+        let one = |sh: &mut Shard, g: Option<&mut [f32]>, r: Range<usize>| -> f64 {
+            let (x, y) = (&inputs[r.clone()], &targets[r.clone()]);
+            let pos = pos.map(|q| &q[r.clone()]);
+            let b = r.len() / t;
+            sh.forward(net, p, x, pos, b, t);
             let loss = sh.head_loss(net, p, y, b * t, grad_scale);
             if let Some(g) = g {
-                sh.backward(net, p, g, x, b, t);
+                sh.backward(net, p, g, x, pos, b, t);
             }
             loss
         };
@@ -277,21 +281,15 @@ impl TrainModel {
                 let g1 = grad.then_some(&mut self.grads[..]);
                 let g2 = grad.then_some(&mut self.grads2[..]);
                 let (l0, l1) = rayon::join(
-                    || serial(|| one(&mut first[0], g1, &inputs[..n0], &targets[..n0], b0)),
-                    || serial(|| one(second, g2, &inputs[n0..], &targets[n0..], b - b0)),
+                    || serial(|| one(&mut first[0], g1, 0..n0)),
+                    || serial(|| one(second, g2, n0..b * t)),
                 );
                 if grad {
                     add_and_clear(&mut self.grads, &mut self.grads2);
                 }
                 l0 + l1
             }
-            _ => one(
-                &mut first[0],
-                grad.then_some(&mut self.grads[..]),
-                inputs,
-                targets,
-                b,
-            ),
+            _ => one(&mut first[0], grad.then_some(&mut self.grads[..]), 0..b * t),
         }
     }
 
@@ -315,14 +313,49 @@ impl TrainModel {
         self.check_shape(inputs.len(), b, t);
         self.check_shape(targets.len(), b, t);
         let n = trained(targets);
-        (self.run(inputs, targets, b, t, Some(loss_scale / n as f32)) / n as f64) as f32
+        (self.run(inputs, targets, None, (b, t), Some(loss_scale / n as f32)) / n as f64) as f32
+    }
+
+    /// Whether rows may pack several samples ([`Self::forward_backward_packed`]): the
+    /// Llama family, whose positions are rotary; not GPT-2's learned positions nor the
+    /// hybrids' recurrent state, which would run across a sample's end.
+    pub fn check_packing(&self) -> Result<(), TrainError> {
+        if self.cfg.arch == TrainArch::Llama && self.cfg.hybrid.is_none() {
+            Ok(())
+        } else {
+            Err(TrainError::Batch(format!(
+                "packing several samples into a row needs a Llama-family model, not {:?}",
+                self.cfg.arch
+            )))
+        }
+    }
+
+    /// [`Self::forward_backward_scaled`] of packed rows: `pos` (B, T) is each row's
+    /// position inside its sample, 0 where a sample starts. Attention stays inside each
+    /// sample and positions count from its start, so every sample is trained as if alone.
+    /// Panics where [`Self::check_packing`] fails.
+    pub fn forward_backward_packed(
+        &mut self,
+        inputs: &[u32],
+        targets: &[u32],
+        pos: &[u32],
+        (b, t): (usize, usize),
+        loss_scale: f32,
+    ) -> f32 {
+        self.check_shape(inputs.len(), b, t);
+        self.check_shape(targets.len(), b, t);
+        self.check_shape(pos.len(), b, t);
+        self.check_packing().expect("packed rows");
+        let n = trained(targets);
+        let g = Some(loss_scale / n as f32);
+        (self.run(inputs, targets, Some(pos), (b, t), g) / n as f64) as f32
     }
 
     /// Mean loss only (validation), grads untouched.
     pub fn forward_loss(&mut self, inputs: &[u32], targets: &[u32], b: usize, t: usize) -> f32 {
         self.check_shape(inputs.len(), b, t);
         self.check_shape(targets.len(), b, t);
-        (self.run(inputs, targets, b, t, None) / trained(targets) as f64) as f32
+        (self.run(inputs, targets, None, (b, t), None) / trained(targets) as f64) as f32
     }
 
     /// Logits (V) of the last position of one sequence `tokens` (len <= ctx), for sampling
@@ -331,7 +364,7 @@ impl TrainModel {
         let t = tokens.len();
         self.check_shape(t, 1, t);
         let sh = &mut self.shards[0];
-        sh.forward(&self.net, &self.params, tokens, 1, t);
+        sh.forward(&self.net, &self.params, tokens, None, 1, t);
         sh.logits_last(&self.net, &self.params, t)
     }
 

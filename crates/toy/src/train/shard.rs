@@ -128,7 +128,16 @@ impl Shard {
     }
 
     /// Embedding, blocks and final norm of inputs (B, T): fills the activations and hf.
-    pub fn forward(&mut self, net: &Net, p: &[f32], inputs: &[u32], b: usize, t: usize) {
+    /// `pos` (B*T): each row's position in its packed sample (see `TrainModel::packed`).
+    pub fn forward(
+        &mut self,
+        net: &Net,
+        p: &[f32],
+        inputs: &[u32],
+        pos: Option<&[u32]>,
+        b: usize,
+        t: usize,
+    ) {
         let (n, c) = (b * t, net.c);
         let first = &mut self.stack.input()[..n * c];
         match &net.frozen_embd {
@@ -146,7 +155,7 @@ impl Shard {
             net.embedding.forward_positions(t, &p[r.clone()], first);
         }
         self.stack
-            .forward(&net.stack, p, &mut self.xf, &net.rope, b, t);
+            .forward(&net.stack, p, &mut self.xf, net.rope.at(pos), b, t);
         let lay = &net.layout;
         let nb = lay.output_norm_b.as_ref().map(|r| &p[r.clone()]);
         net.final_norm.forward(
@@ -190,6 +199,7 @@ impl Shard {
         p: &[f32],
         g: &mut [f32],
         inputs: &[u32],
+        pos: Option<&[u32]>,
         b: usize,
         t: usize,
     ) {
@@ -229,7 +239,8 @@ impl Shard {
             db,
             n,
         );
-        self.stack.backward(&net.stack, p, g, &net.rope, b, t);
+        self.stack
+            .backward(&net.stack, p, g, net.rope.at(pos), b, t);
         let (dx, _) = self.stack.dx_dh();
         if net.frozen_embd.is_none() {
             net.embedding

@@ -8,7 +8,7 @@ use super::block::{Block, BlockActs, Scratch};
 use super::hybrid::{HybridActs, HybridBlock, HybridScratch};
 use super::params::Layout;
 use super::ModelConfig;
-use tinynn::layers::rope::Rope;
+use tinynn::layers::rope::RopeAt;
 
 pub(crate) enum Stack {
     Std(Vec<Block>),
@@ -77,7 +77,7 @@ impl StackActs {
         stack: &Stack,
         p: &[f32],
         xf: &mut [f32],
-        rope: &Rope,
+        rope: RopeAt,
         b: usize,
         t: usize,
     ) {
@@ -106,7 +106,7 @@ impl StackActs {
         stack: &Stack,
         p: &[f32],
         g: &mut [f32],
-        rope: &Rope,
+        rope: RopeAt,
         b: usize,
         t: usize,
     ) {

@@ -4,6 +4,7 @@
 use super::{ModelConfig, TrainArch, TrainModel};
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
+use tinynn::layers::cross_entropy::IGNORE;
 use tinynn::optim::{AdamW, AdamWConfig};
 
 pub(super) fn cfg(arch: TrainArch, depth_scale: bool, tied: bool) -> ModelConfig {
@@ -286,4 +287,52 @@ fn from_params_checks_the_length_and_the_layout_is_gguf_shaped() {
     let e = m.check_batch(&ok, &big, 1, 32).unwrap_err().to_string();
     assert!(e.contains("token 627 in targets"), "{e}");
     assert!(m.check_batch(&ok[..31], &ok, 1, 32).is_err());
+}
+
+#[test]
+fn packed_rows_train_each_sample_as_if_alone() {
+    // three samples of 3, 4 and 5 tokens: packed into one row of 12, or one to a row of 5
+    let mut c = cfg(TrainArch::Llama, false, false);
+    c.ctx = 12;
+    let lens = [3usize, 4, 5];
+    let toks = tokens(12, c.vocab, 3);
+    let mut m = TrainModel::init(c.clone(), 3, 1);
+    m.params = rough_params(&m, 2);
+    let p = m.params.clone();
+    // targets: the next token inside a sample, none across a sample's end
+    let (mut x, mut y, mut pos) = (vec![], vec![], vec![]);
+    let (mut xs, mut ys) = (vec![0u32; 15], vec![IGNORE; 15]);
+    let mut at = 0;
+    for (r, &l) in lens.iter().enumerate() {
+        for i in 0..l {
+            let next = if i + 1 < l { toks[at + i + 1] } else { IGNORE };
+            x.push(toks[at + i]);
+            y.push(next);
+            pos.push(i as u32);
+            (xs[r * 5 + i], ys[r * 5 + i]) = (toks[at + i], next);
+        }
+        at += l;
+    }
+    m.zero_grad();
+    let packed = m.forward_backward_packed(&x, &y, &pos, (1, 12), 1.0);
+    let g_packed = m.grads.clone();
+    let mut alone = TrainModel::from_params(c, 3, p).unwrap();
+    alone.zero_grad();
+    let apart = alone.forward_backward(&xs, &ys, 3, 5);
+    assert!((packed - apart).abs() < 1e-5, "{packed} vs {apart}");
+    let scale = g_packed.iter().fold(0f32, |a, g| a.max(g.abs()));
+    for (i, (a, b)) in g_packed.iter().zip(&alone.grads).enumerate() {
+        assert!((a - b).abs() <= 1e-5 * scale, "grad {i}: {a} vs {b}");
+    }
+    // without the positions, the samples would see each other
+    m.zero_grad();
+    let unpacked = m.forward_backward(&x, &y, 1, 12);
+    assert!((unpacked - apart).abs() > 1e-4, "{unpacked} vs {apart}");
+}
+
+#[test]
+fn packing_is_refused_where_state_or_positions_would_cross_samples() {
+    let m = TrainModel::init(cfg(TrainArch::Gpt2, false, true), 1, 0);
+    let err = m.check_packing().unwrap_err().to_string();
+    assert!(err.contains("Llama"), "{err}");
 }
