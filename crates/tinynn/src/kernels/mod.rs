@@ -87,11 +87,14 @@ pub(crate) fn with_scratch<T: Copy + Default, R>(
     len: usize,
     f: impl FnOnce(&mut [T]) -> R,
 ) -> R {
-    key.with(|s| {
-        let mut s = s.borrow_mut();
-        if s.len() < len {
-            s.resize(len, T::default());
+    key.with(|cell| match cell.try_borrow_mut() {
+        Ok(mut s) => {
+            if s.len() < len {
+                s.resize(len, T::default());
+            }
+            f(&mut s[..len])
         }
-        f(&mut s[..len])
+        // a thread already inside (rayon ran another caller's work while it waited)
+        Err(_) => f(&mut vec![T::default(); len]),
     })
 }

@@ -115,10 +115,18 @@ impl Forms {
     }
 }
 
-/// Run `f` on x converted to each of `forms`; the other forms are stale.
+/// Run `f` on x converted to each of `forms`; the other forms are stale. A thread already
+/// inside a product (rayon lets a thread that waits in one product run another caller's,
+/// e.g. two models training in one process) converts into a fresh buffer instead.
 fn with_acts<R>(x: &[f32], forms: Forms, f: impl FnOnce(&Acts) -> R) -> R {
-    ACTS.with(|acts| {
-        let mut acts = acts.borrow_mut();
+    ACTS.with(|cell| match cell.try_borrow_mut() {
+        Ok(mut acts) => convert_then(&mut acts, x, forms, f),
+        Err(_) => convert_then(&mut Acts::default(), x, forms, f),
+    })
+}
+
+fn convert_then<R>(acts: &mut Acts, x: &[f32], forms: Forms, f: impl FnOnce(&Acts) -> R) -> R {
+    {
         if forms.q8_1 {
             acts.q8_1.quantize(x);
         }
@@ -134,8 +142,8 @@ fn with_acts<R>(x: &[f32], forms: Forms, f: impl FnOnce(&Acts) -> R) -> R {
             f16.resize(x.len(), 0.0);
             f16_bits.convert_to_f32_slice(f16);
         }
-        f(&acts)
-    })
+        f(acts)
+    }
 }
 
 /// Decode's product: convert x once, then one row dot per output.
@@ -309,9 +317,11 @@ pub(super) fn k_tiles(w: &QMat) -> bool {
 /// tiles of two groups over all tokens.
 fn packed_int8_many(ws: &[QMat], x: &[f32], t: usize, ys: &mut [&mut [f32]]) {
     with_acts(x, Forms::Q8_1, |acts| {
-        XSUM.with(|xs| {
-            let mut xs = xs.borrow_mut();
-            super::repack::block_sums(&acts.q8_1, &mut xs);
+        XSUM.with(|cell| {
+            // (a fresh buffer on a thread already inside a product, as in `with_acts`)
+            let (mut mine, mut fresh) = (cell.try_borrow_mut().ok(), Vec::new());
+            let xs = mine.as_deref_mut().unwrap_or(&mut fresh);
+            super::repack::block_sums(&acts.q8_1, xs);
             let xs = &*xs;
             let outs: Vec<OutPtr> = ys.iter_mut().map(|y| OutPtr(y.as_mut_ptr())).collect();
             par_tiles(ws, t, 2, t.max(1), |i, g, _| {
