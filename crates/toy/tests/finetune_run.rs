@@ -54,17 +54,16 @@ fn fresh_run(dir: &Path, r: &FinetuneRecipe) -> RunDir {
     RunDir::create_named(dir, &r.name, &r.to_toml()).expect("run dir")
 }
 
-#[test]
-fn a_lora_run_resumes_bit_for_bit_and_its_adapter_changes_the_model() {
-    let tmp = std::env::temp_dir().join(format!("toy-ft-{}", std::process::id()));
-    let r = recipe(&[]);
-    let a = fresh_run(&tmp.join("a"), &r);
-    let out = finetune(&a, &r, false, &Hooks::default(), &mut |_| {}).expect("run a");
+/// Runs `r` whole in `tmp/a`, and stopped after 2 steps then resumed in `tmp/b`; asserts the
+/// two final adapters are the same bytes and returns run a.
+fn resumes_bit_for_bit(tmp: &Path, r: &FinetuneRecipe) -> RunDir {
+    let a = fresh_run(&tmp.join("a"), r);
+    let out = finetune(&a, r, false, &Hooks::default(), &mut |_| {}).expect("run a");
     assert!(out.finished && out.steps_done == 4);
-    let b = fresh_run(&tmp.join("b"), &r);
+    let b = fresh_run(&tmp.join("b"), r);
     let stopped = finetune(
         &b,
-        &r,
+        r,
         false,
         &Hooks {
             stop_after: Some(2),
@@ -74,13 +73,39 @@ fn a_lora_run_resumes_bit_for_bit_and_its_adapter_changes_the_model() {
     )
     .expect("run b, 2 steps");
     assert!(!stopped.finished);
-    finetune(&b, &r, true, &Hooks::default(), &mut |_| {}).expect("run b, resumed");
+    finetune(&b, r, true, &Hooks::default(), &mut |_| {}).expect("run b, resumed");
     let ckpt = "ckpt-000004.gguf";
     let (fa, fb) = (
         std::fs::read(a.path.join(ckpt)).unwrap(),
         std::fs::read(b.path.join(ckpt)).unwrap(),
     );
     assert_eq!(fa, fb, "the resumed run's adapter differs");
+    a
+}
+
+#[test]
+fn packed_lora_runs_with_dropout_resume_bit_for_bit() {
+    let tmp = std::env::temp_dir().join(format!("toy-ft-pack-{}", std::process::id()));
+    let r = recipe(&["data.pack=true", "finetune.dropout=0.1"]);
+    let a = resumes_bit_for_bit(&tmp, &r);
+    let packed = recipe(&["data.pack=true"]);
+    let c = fresh_run(&tmp.join("c"), &packed);
+    finetune(&c, &packed, false, &Hooks::default(), &mut |_| {}).expect("run c");
+    let ckpt = "ckpt-000004.gguf";
+    assert_ne!(
+        std::fs::read(a.path.join(ckpt)).unwrap(),
+        std::fs::read(c.path.join(ckpt)).unwrap(),
+        "dropout changed nothing"
+    );
+    let _ = std::fs::remove_dir_all(&tmp);
+}
+
+#[test]
+fn a_lora_run_resumes_bit_for_bit_and_its_adapter_changes_the_model() {
+    let tmp = std::env::temp_dir().join(format!("toy-ft-{}", std::process::id()));
+    let r = recipe(&[]);
+    let a = resumes_bit_for_bit(&tmp, &r);
+    let ckpt = "ckpt-000004.gguf";
 
     let ad = LoraAdapter::read(&a.path.join(ckpt)).expect("adapter");
     assert_eq!(ad.arch, "llama");
@@ -120,7 +145,7 @@ fn bad_fine_tuning_recipes_are_named_errors() {
     for (set, want) in [
         ("finetune.targets=[\"attn_qq\"]", "no part \"attn_qq\""),
         ("finetune.targets=[\"token_embd\"]", "tied embedding"),
-        ("finetune.dropout=0.1", "dropout"),
+        ("finetune.dropout=1.5", "0 <= p < 1"),
         ("finetune.method=\"qlora\"", "qlora"),
         ("train.batch=0", "train.batch"),
     ] {

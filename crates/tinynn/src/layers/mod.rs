@@ -12,6 +12,7 @@ pub mod act;
 pub mod attention;
 mod attention_tiles;
 pub mod cross_entropy;
+pub mod dropout;
 pub mod embedding;
 pub mod gdn;
 pub mod layernorm;

@@ -175,9 +175,16 @@ impl FinetuneRecipe {
                 ));
             }
         }
-        if f.dropout != 0.0 {
+        if !(0.0..1.0).contains(&f.dropout) {
             return bad(format!(
-                "finetune.dropout = {}: LoRA dropout is not implemented yet, use 0",
+                "finetune.dropout = {}: expected 0 <= p < 1",
+                f.dropout
+            ));
+        }
+        if f.dropout != 0.0 && f.method == Method::Full {
+            return bad(format!(
+                "finetune.dropout = {}: dropout is on the LoRA adapters' inputs; full \
+                 fine-tuning has none (use 0)",
                 f.dropout
             ));
         }

@@ -19,6 +19,7 @@ use crate::train::{LoraSpec, TrainModel};
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Instant;
+use tinynn::layers::dropout::Dropout;
 use tinynn::optim::{clip_grad_norm, lr_at, AdamW, AdamWConfig};
 
 #[derive(Debug, thiserror::Error)]
@@ -254,7 +255,7 @@ pub fn finetune(
         let t0 = Instant::now();
         model.zero_grad();
         let (mut loss, mut tokens) = (0.0, 0);
-        for _ in 0..accum {
+        for micro in 0..accum {
             if pack {
                 batcher.next_packed(&d.train, &mut x, &mut y, &mut pos);
             } else {
@@ -279,6 +280,10 @@ pub fn finetune(
                     })
                 })?;
             }
+            // a fresh mask each micro-batch, the same on resume (a function of the step)
+            let p = recipe.finetune.dropout;
+            let key = recipe.train.seed ^ ((step * accum + micro) as u64).wrapping_mul(0x2545_F491);
+            model.set_dropout((p > 0.0).then(|| Dropout::new(p, key)));
             let (xs, ys, scale) = (&x[..b * te], &y[..b * te], 1.0 / accum as f32);
             loss += if pack {
                 model.forward_backward_packed(xs, ys, &pos[..b * te], (b, te), scale)

@@ -11,6 +11,7 @@ use super::{ModelConfig, TrainArch};
 use std::ops::Range;
 use tinynn::layers::act::{gelu_backward, gelu_forward, swiglu_backward, swiglu_forward};
 use tinynn::layers::attention::Attention;
+use tinynn::layers::dropout::Dropout;
 use tinynn::layers::layernorm::LayerNorm;
 use tinynn::layers::linear::Linear;
 use tinynn::layers::rmsnorm::RmsNorm;
@@ -99,6 +100,9 @@ pub(crate) struct BlockActs {
     pub act: Vec<f32>,
     /// The LoRA intermediates x A^T of qkv, attn_output, ffn_up, ffn_down (empty without).
     pub u: [Vec<f32>; 4],
+    /// The adapters' input dropout of this block for this pass (the backward regenerates
+    /// the forward's mask from it); None outside training or without dropout.
+    pub drop: Option<Dropout>,
 }
 
 /// Gradient buffers the blocks share during the backward.
@@ -183,6 +187,7 @@ impl Block {
             act: z(n * self.f),
             u: [&self.qkv, &self.attn_output, &self.ffn_up, &self.ffn_down]
                 .map(|l| z(n * l.u_width())),
+            drop: None,
         }
     }
 
@@ -229,6 +234,7 @@ impl Block {
             &mut a.u[0],
             n,
             false,
+            a.drop.map(|d| d.part(0)),
         );
         if self.arch == TrainArch::Llama {
             rope.forward(
@@ -252,6 +258,7 @@ impl Block {
             &mut a.u[1],
             n,
             true,
+            a.drop.map(|d| d.part(1)),
         );
 
         self.norm.forward(
@@ -274,6 +281,7 @@ impl Block {
             &mut a.u[2],
             n,
             false,
+            a.drop.map(|d| d.part(2)),
         );
         match self.arch {
             TrainArch::Llama | TrainArch::Qwen35 => swiglu_forward(&a.ff, &mut a.act, n, f),
@@ -289,6 +297,7 @@ impl Block {
             &mut a.u[3],
             n,
             true,
+            a.drop.map(|d| d.part(3)),
         );
     }
 
@@ -317,6 +326,7 @@ impl Block {
             Some(&mut s.dact),
             false,
             n,
+            a.drop.map(|d| d.part(3)),
         );
         match self.arch {
             TrainArch::Llama | TrainArch::Qwen35 => {
@@ -335,6 +345,7 @@ impl Block {
             Some(&mut s.dh),
             false,
             n,
+            a.drop.map(|d| d.part(2)),
         );
         let (dw, db) = grad2(g, &r.ffn_norm, &r.ffn_norm_b);
         self.norm.backward(
@@ -361,6 +372,7 @@ impl Block {
             Some(&mut s.datt),
             false,
             n,
+            a.drop.map(|d| d.part(1)),
         );
         self.attn
             .backward_packed(&s.datt, &a.qkv, &a.att, &a.lse, &mut s.dqkv, b, t, rope.pos);
@@ -384,6 +396,7 @@ impl Block {
             Some(&mut s.dh),
             false,
             n,
+            a.drop.map(|d| d.part(0)),
         );
         let (dw, db) = grad2(g, &r.attn_norm, &r.attn_norm_b);
         self.norm.backward(

@@ -19,6 +19,7 @@ use tinynn::kernels::qmatmul::matmul;
 use tinynn::kernels::qmatmul_t::matmul_t;
 use tinynn::kernels::repack::Packed;
 use tinynn::kernels::QMat;
+use tinynn::layers::dropout::Dropout;
 use tinynn::layers::linear::Linear;
 use tinynn::layers::lora::Lora;
 
@@ -74,6 +75,9 @@ pub(crate) enum Lin {
 thread_local! {
     static TMP: RefCell<Vec<f32>> = const { RefCell::new(Vec::new()) };
     static DU: RefCell<Vec<f32>> = const { RefCell::new(Vec::new()) };
+    /// The adapters' dropped-out input (N, K) and their share of dx (N, K).
+    static XD: RefCell<Vec<f32>> = const { RefCell::new(Vec::new()) };
+    static DXD: RefCell<Vec<f32>> = const { RefCell::new(Vec::new()) };
 }
 
 /// Run `f` on `len` floats of the per-thread buffer `buf`, or on a fresh one when this thread
@@ -139,6 +143,7 @@ impl Lin {
     }
 
     /// `y (N, M) (+)= x W^T (+ b)`, plus the adapters' `s (x A^T) B^T`; u keeps x A^T.
+    /// With `drop`, adapter j sees `drop.part(j)` applied to x (peft's `lora_dropout`).
     #[allow(clippy::too_many_arguments)]
     pub fn forward(
         &self,
@@ -150,6 +155,7 @@ impl Lin {
         u: &mut [f32],
         n: usize,
         acc: bool,
+        drop: Option<Dropout>,
     ) {
         let (parts, m) = match self {
             Lin::Dense(l) => {
@@ -161,7 +167,7 @@ impl Lin {
         let k = self.n_in();
         let x = &x[..n * k];
         let (mut off, mut uoff) = (0, 0);
-        for part in parts {
+        for (j, part) in parts.iter().enumerate() {
             let mp = part.mat.rows;
             let q = part.mat.qmat();
             if parts.len() == 1 && !acc {
@@ -182,8 +188,14 @@ impl Lin {
             if let Some(l) = &part.lora {
                 let r = l.lora.rank;
                 let ui = &mut u[uoff..uoff + n * r];
-                l.lora
-                    .forward(x, &p[l.a.clone()], &p[l.b.clone()], ui, &mut y[off..], m, n);
+                let (pa, pb) = (&p[l.a.clone()], &p[l.b.clone()]);
+                match drop {
+                    None => l.lora.forward(x, pa, pb, ui, &mut y[off..], m, n),
+                    Some(d) => with_buf(&XD, n * k, |xd| {
+                        d.part(j as u64).apply(x, xd, k, n);
+                        l.lora.forward(xd, pa, pb, ui, &mut y[off..], m, n)
+                    }),
+                }
                 uoff += n * r;
             }
             off += mp;
@@ -192,6 +204,7 @@ impl Lin {
 
     /// From dy (N, M): weight (Dense) or adapter (Frozen) gradients into g, and
     /// `dx (N, K) (+)= dy W` (+ the adapters' share) when dx is given (added when dx_acc).
+    /// `drop` as given to the forward.
     #[allow(clippy::too_many_arguments)]
     pub fn backward(
         &self,
@@ -205,6 +218,7 @@ impl Lin {
         dx: Option<&mut [f32]>,
         dx_acc: bool,
         n: usize,
+        drop: Option<Dropout>,
     ) {
         let (parts, m) = match self {
             Lin::Dense(l) => {
@@ -237,10 +251,28 @@ impl Lin {
                 let ui = &u[uoff..uoff + n * r];
                 let (ga, gb) = split2(g, &l.a, &l.b);
                 let (pa, pb) = (&p[l.a.clone()], &p[l.b.clone()]);
-                with_buf(&DU, n * r, |du| {
-                    let dx = dx.as_deref_mut();
-                    l.lora
-                        .backward(&dy[off..], m, &x[..n * k], pa, pb, ui, du, ga, gb, dx, n);
+                let dyp = &dy[off..];
+                with_buf(&DU, n * r, |du| match drop {
+                    None => {
+                        let dx = dx.as_deref_mut();
+                        l.lora
+                            .backward(dyp, m, &x[..n * k], pa, pb, ui, du, ga, gb, dx, n);
+                    }
+                    Some(d) => with_buf(&XD, n * k, |xd| {
+                        // the forward's mask again: on x for dA, on the adapter's dx
+                        let d = d.part(i as u64);
+                        d.apply(x, xd, k, n);
+                        let Some(dx) = dx.as_deref_mut() else {
+                            return l.lora.backward(dyp, m, xd, pa, pb, ui, du, ga, gb, None, n);
+                        };
+                        with_buf(&DXD, n * k, |dxd| {
+                            dxd.fill(0.0);
+                            l.lora
+                                .backward(dyp, m, xd, pa, pb, ui, du, ga, gb, Some(dxd), n);
+                            d.apply_in_place(dxd, k, n);
+                            dx[..n * k].iter_mut().zip(&*dxd).for_each(|(a, b)| *a += b);
+                        })
+                    }),
                 });
                 uoff += n * r;
             }

@@ -12,6 +12,7 @@ use crate::gguf::GgufFile;
 use std::ops::Range;
 use std::sync::Arc;
 use tinynn::layers::cross_entropy::IGNORE;
+use tinynn::layers::dropout::Dropout;
 use tinynn::layers::serial;
 
 /// A batch of two or more sequences is split in two shards that run forward and backward at
@@ -49,6 +50,8 @@ pub struct TrainModel {
     shards: Vec<Shard>,
     /// The second shard's gradients (empty with one shard).
     grads2: Vec<f32>,
+    /// The adapters' input dropout of the next `forward_backward` (see [`Self::set_dropout`]).
+    dropout: Option<Dropout>,
 }
 
 impl TrainModel {
@@ -179,7 +182,14 @@ impl TrainModel {
             shard_batch,
             shards,
             cfg,
+            dropout: None,
         })
+    }
+
+    /// Dropout on the LoRA adapters' inputs for the following `forward_backward` calls
+    /// (never for `forward_loss`): give each step its own key for a fresh mask.
+    pub fn set_dropout(&mut self, drop: Option<Dropout>) {
+        self.dropout = drop;
     }
 
     /// Every parameter tensor: GGUF name, dims, range in params / grads, whether it decays.
@@ -259,8 +269,10 @@ impl TrainModel {
         grad_scale: Option<f32>,
     ) -> f64 {
         let (p, net) = (&self.params, &self.net);
+        let drop = self.dropout.filter(|_| grad_scale.is_some());
         // one shard on rows r of the batch
         let one = |sh: &mut Shard, g: Option<&mut [f32]>, r: Range<usize>| -> f64 {
+            sh.set_dropout(drop, r.start);
             let (x, y) = (&inputs[r.clone()], &targets[r.clone()]);
             let pos = pos.map(|q| &q[r.clone()]);
             let b = r.len() / t;

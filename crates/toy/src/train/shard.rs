@@ -127,6 +127,11 @@ impl Shard {
         }
     }
 
+    /// The adapters' dropout of the next pass, for rows from global row `row0`.
+    pub fn set_dropout(&mut self, drop: Option<tinynn::layers::dropout::Dropout>, row0: usize) {
+        self.stack.set_dropout(drop, row0);
+    }
+
     /// Embedding, blocks and final norm of inputs (B, T): fills the activations and hf.
     /// `pos` (B*T): each row's position in its packed sample (see `TrainModel::packed`).
     pub fn forward(

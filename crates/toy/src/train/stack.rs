@@ -8,6 +8,7 @@ use super::block::{Block, BlockActs, Scratch};
 use super::hybrid::{HybridActs, HybridBlock, HybridScratch};
 use super::params::Layout;
 use super::ModelConfig;
+use tinynn::layers::dropout::Dropout;
 use tinynn::layers::rope::RopeAt;
 
 pub(crate) enum Stack {
@@ -67,6 +68,16 @@ impl StackActs {
         match self {
             StackActs::Std(_, s) => (&mut s.dx, &mut s.dh),
             StackActs::Hybrid(_, s) => (&mut s.dx, &mut s.dh),
+        }
+    }
+
+    /// The adapters' dropout for the next forward and backward of rows from global row
+    /// `row0`: block l gets `drop.part(l)`. Hybrid stacks take no adapters.
+    pub fn set_dropout(&mut self, drop: Option<Dropout>, row0: usize) {
+        if let StackActs::Std(acts, _) = self {
+            for (l, a) in acts.iter_mut().enumerate() {
+                a.drop = drop.map(|d| d.part(l as u64).from_row(row0));
+            }
         }
     }
 

@@ -11,6 +11,7 @@ use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use std::sync::Arc;
 use tinynn::layers::cross_entropy::IGNORE;
+use tinynn::layers::dropout::Dropout;
 use tinynn::optim::{AdamW, AdamWConfig};
 use tinynn::quant::GgmlType;
 
@@ -228,4 +229,70 @@ fn bad_bases_are_named_errors() {
         .err()
         .unwrap();
     assert!(e.to_string().contains("rank 0"), "{e}");
+}
+
+#[test]
+fn lora_dropout_masks_the_adapters_inputs_and_its_gradients_match_finite_differences() {
+    let c = cfg(false);
+    let (_, bytes) = base_bytes(&c);
+    let file = Arc::new(GgufFile::from_bytes(bytes).unwrap());
+    let (b, t) = (2, 6);
+    let (x, y) = (tokens(b * t, c.vocab, 5), tokens(b * t, c.vocab, 6));
+    let mut m = TrainModel::lora_on_base(&file, c.ctx, 2, &spec(all_linear()), None).unwrap();
+    let mut rng = StdRng::seed_from_u64(3);
+    let adapters: Vec<_> = m
+        .params_info()
+        .iter()
+        .filter(|i| i.name.contains(".lora_"))
+        .cloned()
+        .collect();
+    for i in &adapters {
+        for v in &mut m.params[i.range.clone()] {
+            *v = rng.random_range(-0.3..0.3);
+        }
+    }
+    let clean = m.forward_loss(&x, &y, b, t);
+    // the loss of one masked pass (forward_backward applies the dropout; grads are reset)
+    let masked = |m: &mut TrainModel| {
+        m.zero_grad();
+        m.forward_backward(&x, &y, b, t) as f64
+    };
+    m.set_dropout(Some(Dropout::new(0.3, 11)));
+    let l0 = masked(&mut m);
+    assert!(
+        (l0 - clean as f64).abs() > 1e-4,
+        "dropout changed nothing: {l0}"
+    );
+    assert_eq!(masked(&mut m), l0, "one key, one mask");
+    assert_eq!(
+        m.forward_loss(&x, &y, b, t),
+        clean,
+        "no dropout in evaluation"
+    );
+    m.set_dropout(Some(Dropout::new(0.3, 12)));
+    assert_ne!(masked(&mut m), l0, "another key, another mask");
+    m.set_dropout(Some(Dropout::new(0.3, 11)));
+    masked(&mut m);
+    let (g, p0) = (m.grads.clone(), m.params.clone());
+    for info in &adapters {
+        let gmax = g[info.range.clone()]
+            .iter()
+            .fold(0f32, |a, v| a.max(v.abs()));
+        for _ in 0..2 {
+            let i = rng.random_range(info.range.clone());
+            let eps = 1e-2;
+            m.params[i] = p0[i] + eps;
+            let hi = masked(&mut m);
+            m.params[i] = p0[i] - eps;
+            let lo = masked(&mut m);
+            m.params[i] = p0[i];
+            let num = (hi - lo) / (2.0 * eps as f64);
+            assert!(
+                (num - g[i] as f64).abs() <= 0.03 * gmax as f64 + 2e-4,
+                "{}[{i}]: analytic {} vs numeric {num}",
+                info.name,
+                g[i]
+            );
+        }
+    }
 }
