@@ -1,14 +1,16 @@
 //! Training from a model one already has (fine-tuning): its shape from the GGUF's llama.cpp
 //! keys (`llama-arch.cpp`), and its weights either dequantized into the flat params (full
 //! fine-tune) or left in the file in their stored types as frozen layers with LoRA adapters
-//! beside them (`lin.rs`). Only the llama family (SmolLM2, TinyLlama, ...) is trainable this
-//! way for now: its tensors are the trainer's own (`params.rs`), RoPE in ggml's normal mode.
+//! beside them (`lin.rs`). The llama family (SmolLM2, TinyLlama, ...) takes both ways: its
+//! tensors are the trainer's own (`params.rs`), RoPE in ggml's normal mode. A `qwen35` hybrid
+//! (llama.cpp `src/models/qwen35.cpp`) takes the full fine-tune: its GGUF tensors are the
+//! hybrid trainer's (`hybrid_params.rs`) but for `ssm_a`, stored as -exp(A_log).
 
 use super::lin::{FrozenMat, Lin, LoraPart, Part};
 use super::params::{Layout, LoraRanges, LLAMA_PARTS};
-use super::{ModelConfig, TrainArch, TrainError};
+use super::{HybridConfig, MixerKind, ModelConfig, TrainArch, TrainError};
 use crate::gguf::GgufFile;
-use crate::model::{Arch, Config};
+use crate::model::{Arch, Config, LayerKind};
 use std::sync::Arc;
 use tinynn::kernels::repack::Packed;
 use tinynn::kernels::QMat;
@@ -18,23 +20,34 @@ fn bad(m: String) -> TrainError {
     TrainError::Base(m)
 }
 
-/// The trainer's config of the base model in `file`, for sequences of `ctx` tokens.
+/// The trainer's config of the base model in `file`, for sequences of `ctx` tokens: a
+/// llama-family model, or a `qwen35` hybrid (Gated DeltaNet and gated attention layers).
 pub fn config_from_gguf(file: &GgufFile, ctx: usize) -> Result<ModelConfig, TrainError> {
     let c = Config::from_gguf(file).map_err(|e| bad(e.to_string()))?;
-    if c.arch != Arch::Llama {
-        return Err(bad(format!(
-            "fine-tuning takes llama-family bases; this one is {}",
-            c.arch.name()
-        )));
-    }
-    if c.rope_dim != c.head_dim || c.head_dim * c.n_head != c.d_model {
-        return Err(bad(format!(
-            "head size {} x {} heads with RoPE on {} dims: the trainer needs d_model = heads x head size and RoPE on all of it",
-            c.head_dim, c.n_head, c.rope_dim
-        )));
-    }
+    let hybrid = match c.arch {
+        Arch::Llama => {
+            if c.rope_dim != c.head_dim || c.head_dim * c.n_head != c.d_model {
+                return Err(bad(format!(
+                    "head size {} x {} heads with RoPE on {} dims: the trainer needs d_model = heads x head size and RoPE on all of it",
+                    c.head_dim, c.n_head, c.rope_dim
+                )));
+            }
+            None
+        }
+        Arch::Qwen35 => Some(hybrid_config(&c)?),
+        other => {
+            return Err(bad(format!(
+                "fine-tuning takes llama-family and qwen35 bases; this one is {}",
+                other.name()
+            )))
+        }
+    };
     Ok(ModelConfig {
-        arch: TrainArch::Llama,
+        arch: if hybrid.is_some() {
+            TrainArch::Qwen35
+        } else {
+            TrainArch::Llama
+        },
         vocab: c.vocab,
         d_model: c.d_model,
         n_head: c.n_head,
@@ -46,7 +59,32 @@ pub fn config_from_gguf(file: &GgufFile, ctx: usize) -> Result<ModelConfig, Trai
         rope_base: c.rope_base,
         depth_scale: false,
         tied: file.tensor("output.weight").is_none(),
-        hybrid: None,
+        hybrid,
+    })
+}
+
+/// The trainer's hybrid shape of an inference config of a qwen35 file.
+fn hybrid_config(c: &Config) -> Result<HybridConfig, TrainError> {
+    let g = c
+        .gdn
+        .as_ref()
+        .ok_or_else(|| bad("a qwen35 base without its ssm.* shape".into()))?;
+    Ok(HybridConfig {
+        layers: c
+            .kinds
+            .iter()
+            .map(|k| match k {
+                LayerKind::Gdn => MixerKind::Gdn,
+                LayerKind::Attention => MixerKind::Attn,
+            })
+            .collect(),
+        head_dim: c.head_dim,
+        rope_dim: c.rope_dim,
+        gdn_key_heads: g.hk,
+        gdn_value_heads: g.hv,
+        gdn_key_dim: g.dk,
+        gdn_value_dim: g.dv,
+        conv_kernel: g.kernel,
     })
 }
 
@@ -79,6 +117,18 @@ pub(crate) fn import(
         let dst = &mut params[info.range.clone()];
         for (r, row) in dst.chunks_exact_mut(cols).enumerate() {
             q.dequantize_row(r, row);
+        }
+        // a hybrid trains A_log where the GGUF stores ssm_a = -exp(A_log) (see export)
+        if info.name.ends_with(".ssm_a") {
+            for a in dst.iter_mut() {
+                if a.is_nan() || *a >= 0.0 {
+                    return Err(bad(format!(
+                        "{}: {a} where -exp(A_log) < 0 was expected",
+                        info.name
+                    )));
+                }
+                *a = (-*a).ln();
+            }
         }
     }
     Ok(())

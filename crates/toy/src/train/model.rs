@@ -87,8 +87,8 @@ impl TrainModel {
         Self::with_net(cfg, batch, net, params)
     }
 
-    /// A full fine-tune's model: the shape and every weight of the llama-family base in
-    /// `file`, dequantized to f32, for `batch` sequences of `ctx` tokens.
+    /// A full fine-tune's model: the shape and every weight of the llama-family or qwen35
+    /// base in `file`, dequantized to f32, for `batch` sequences of `ctx` tokens.
     pub fn from_base(file: &GgufFile, ctx: usize, batch: usize) -> Result<Self, TrainError> {
         let cfg = super::base::config_from_gguf(file, ctx)?;
         let layout = Layout::new(&cfg);
@@ -109,6 +109,11 @@ impl TrainModel {
     ) -> Result<Self, TrainError> {
         let cfg = super::base::config_from_gguf(file, ctx)?;
         cfg.validate()?;
+        if cfg.hybrid.is_some() {
+            return Err(TrainError::Base(
+                "LoRA on a qwen35 (hybrid) base is not supported yet; fine-tune it with method = \"full\"".into(),
+            ));
+        }
         if lora.rank == 0 || lora.rank > cfg.d_model {
             return Err(TrainError::Config(format!(
                 "LoRA rank {}, expected 1..={}",

@@ -227,3 +227,45 @@ fn hybrid_training_is_the_same_bits_on_one_and_two_threads() {
     assert_eq!(l1, l2, "losses differ between 1 and 2 threads");
     assert!(p1 == p2, "params differ between 1 and 2 threads");
 }
+
+#[test]
+fn a_qwen35_base_imports_for_a_full_fine_tune_and_lora_is_a_named_error() {
+    for tied in [true, false] {
+        let c = hybrid_cfg(false, tied);
+        let base = TrainModel::init(c.clone(), 2, 1);
+        let params = rough_params(&base, 4);
+        let mut m = TrainModel::from_params(c.clone(), 2, params.clone()).unwrap();
+        let mut bytes = Vec::new();
+        export::to_gguf(&m, &[], "hybrid-base")
+            .unwrap()
+            .write_to(&mut bytes)
+            .unwrap();
+        let file = Arc::new(GgufFile::from_bytes(bytes).unwrap());
+        let mut ft = TrainModel::from_base(&file, c.ctx, 2).unwrap();
+        assert_eq!(ft.cfg, c, "the shape read back from the qwen35 keys");
+        for (i, (a, b)) in ft.params.iter().zip(&params).enumerate() {
+            // A_log goes through -exp and back (ssm_a); everything else is copied
+            assert!(
+                (a - b).abs() <= 1e-6 * b.abs().max(1.0),
+                "param {i}: {a} vs {b}"
+            );
+        }
+        let (x, y) = (tokens(2 * c.ctx, c.vocab, 5), tokens(2 * c.ctx, c.vocab, 6));
+        let (l0, l1) = (
+            m.forward_loss(&x, &y, 2, c.ctx),
+            ft.forward_loss(&x, &y, 2, c.ctx),
+        );
+        assert!((l0 - l1).abs() < 1e-5, "{l0} vs {l1}");
+        let spec = super::LoraSpec {
+            targets: vec!["ffn_up".into()],
+            rank: 2,
+            scale: 1.0,
+            seed: 0,
+        };
+        let err = TrainModel::lora_on_base(&file, c.ctx, 2, &spec, None)
+            .err()
+            .expect("LoRA on a hybrid")
+            .to_string();
+        assert!(err.contains("qwen35") && err.contains("full"), "{err}");
+    }
+}
