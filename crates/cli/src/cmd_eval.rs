@@ -10,6 +10,10 @@ use toy::eval::perplexity::perplexity;
 pub enum EvalCmd {
     /// Perplexity over chunks of --ctx tokens (second half of each chunk scored).
     Ppl(PplArgs),
+    /// Loss along the line between two checkpoints of one shape, and its barrier.
+    Lmc(crate::cmd_compare::LmcArgs),
+    /// Per-position KL(A||B) and top-1 agreement of two models, and where they drift most.
+    Drift(crate::cmd_compare::DriftArgs),
 }
 
 #[derive(clap::Args)]
@@ -29,7 +33,14 @@ pub struct PplArgs {
 }
 
 pub fn run(c: EvalCmd) -> Result<()> {
-    let EvalCmd::Ppl(a) = c;
+    match c {
+        EvalCmd::Ppl(a) => run_ppl(a),
+        EvalCmd::Lmc(a) => crate::cmd_compare::run_lmc(a),
+        EvalCmd::Drift(a) => crate::cmd_compare::run_drift(a),
+    }
+}
+
+fn run_ppl(a: PplArgs) -> Result<()> {
     let (model, tok) = load_with_lora(&a.model, &a.lora)?;
     let text = std::fs::read_to_string(&a.file)
         .with_context(|| format!("reading '{}'", a.file.display()))?;

@@ -3,6 +3,7 @@
 
 mod cmd_bench;
 mod cmd_chat;
+mod cmd_compare;
 mod cmd_data;
 mod cmd_eval;
 mod cmd_finetune;

@@ -1,4 +1,8 @@
-//! Evaluation: teacher-forced scoring and perplexity.
+//! Evaluation: teacher-forced scoring, perplexity, and comparisons of two models (loss along
+//! the line between them, token drift).
 
+pub mod drift;
+pub mod lmc;
+pub mod lmc_plot;
 pub mod perplexity;
 pub mod score;

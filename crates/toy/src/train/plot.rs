@@ -36,7 +36,7 @@ const FONT_PATHS: &[&str] = &[
 ];
 
 /// Registers a system font as "sans-serif" once; whether text can be drawn.
-fn font_available() -> bool {
+pub(crate) fn font_available() -> bool {
     static OK: OnceLock<bool> = OnceLock::new();
     *OK.get_or_init(|| {
         FONT_PATHS.iter().any(|p| {

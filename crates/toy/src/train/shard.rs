@@ -198,6 +198,7 @@ impl Shard {
     }
 
     /// After `forward` and `head_loss` with a gradient: the backward, adding into g.
+    #[allow(clippy::too_many_arguments)]
     pub fn backward(
         &mut self,
         net: &Net,
