@@ -78,10 +78,10 @@ pub fn run(a: Args) -> Result<()> {
     };
     let method = match recipe.finetune.method {
         Method::Lora => format!(
-            "LoRA r={} alpha={} on {} parts",
+            "LoRA r={} alpha={} on {}",
             recipe.finetune.rank,
             recipe.finetune.alpha,
-            recipe.targets().len()
+            recipe.targets().join(",")
         ),
         Method::Full => "full fine-tune".to_string(),
     };

@@ -5,6 +5,7 @@
 
 use super::sft::OnLong;
 use crate::train::recipe::{parse_toml, OptimSection, RecipeError};
+use crate::train::QWEN35_LINEAR;
 use serde::{Deserialize, Serialize};
 use std::path::{Path, PathBuf};
 
@@ -138,7 +139,7 @@ impl FinetuneRecipe {
     /// The part names LoRA adapts.
     pub fn targets(&self) -> Vec<String> {
         match &self.finetune.targets {
-            Targets::Named(_) => ALL_LINEAR.map(String::from).to_vec(),
+            Targets::Named(n) => vec![n.clone()],
             Targets::List(v) => v.clone(),
         }
     }
@@ -163,15 +164,16 @@ impl FinetuneRecipe {
                 ));
             }
         }
+        let known = |t: &str| ALL_LINEAR.contains(&t) || QWEN35_LINEAR.contains(&t);
         for t in self.targets() {
-            if !ALL_LINEAR.contains(&t.as_str()) {
+            if t != "all-linear" && !known(&t) {
                 let why = if t == "token_embd" || t == "output" {
                     " (the embedding and head stay frozen: SmolLM2's head is the tied embedding)"
                 } else {
                     ""
                 };
                 return bad(format!(
-                    "finetune.targets: no part {t:?}{why}; expected some of {ALL_LINEAR:?}"
+                    "finetune.targets: no part {t:?}{why}; expected some of {ALL_LINEAR:?} (llama) or {QWEN35_LINEAR:?} (qwen35)"
                 ));
             }
         }

@@ -170,6 +170,38 @@ pub(crate) fn frozen_mat(
     })
 }
 
+/// One product of block l as a frozen layer of the base: its parts (GGUF part name, rows,
+/// cols) stacked on the output side, with the adapters `lora` on the parts they name.
+pub(crate) fn frozen_lin(
+    file: &Arc<GgufFile>,
+    l: usize,
+    parts: &[(&str, usize, usize)],
+    lora: &[LoraRanges],
+    scale: f32,
+) -> Result<Lin, TrainError> {
+    let mut out = Vec::with_capacity(parts.len());
+    for &(name, rows, cols) in parts {
+        let full = format!("blk.{l}.{name}.weight");
+        let mat = frozen_mat(file, &full, rows, cols)?;
+        let lora = lora.iter().find(|a| a.base == full).map(|a| LoraPart {
+            lora: Lora {
+                n_in: cols,
+                n_out: rows,
+                rank: a.a.len() / cols,
+                scale,
+            },
+            a: a.a.clone(),
+            b: a.b.clone(),
+        });
+        out.push(Part { mat, lora });
+    }
+    Ok(Lin::Frozen {
+        parts: out,
+        n_in: parts[0].2,
+        n_out: parts.iter().map(|p| p.1).sum(),
+    })
+}
+
 /// Block l's four products as frozen layers of the base, with the adapters `lora` on the
 /// parts they name, each scaled by `scale`.
 pub(crate) fn frozen_lins(
@@ -189,28 +221,12 @@ pub(crate) fn frozen_lins(
     ];
     let mut out = Vec::with_capacity(4);
     for (names, shapes) in LLAMA_PARTS.iter().zip(shapes) {
-        let mut parts = Vec::new();
-        for (name, &(rows, cols)) in names.iter().zip(shapes) {
-            let full = format!("blk.{l}.{name}.weight");
-            let mat = frozen_mat(file, &full, rows, cols)?;
-            let lora = lora.iter().find(|a| a.base == full).map(|a| LoraPart {
-                lora: Lora {
-                    n_in: cols,
-                    n_out: rows,
-                    rank: a.a.len() / cols,
-                    scale,
-                },
-                a: a.a.clone(),
-                b: a.b.clone(),
-            });
-            parts.push(Part { mat, lora });
-        }
-        let n_out = shapes.iter().map(|s| s.0).sum();
-        out.push(Lin::Frozen {
-            parts,
-            n_in: shapes[0].1,
-            n_out,
-        });
+        let parts: Vec<_> = names
+            .iter()
+            .zip(shapes)
+            .map(|(n, &(rows, cols))| (*n, rows, cols))
+            .collect();
+        out.push(frozen_lin(file, l, &parts, lora, scale)?);
     }
     Ok(out
         .try_into()

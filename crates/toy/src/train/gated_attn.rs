@@ -9,6 +9,7 @@
 //! R rotated dims, S = (H + 2 Hkv) D, P = 2 H D + 2 Hkv D.
 
 use super::hybrid_params::AttnRanges;
+use super::lin::Lin;
 use tinynn::layers::attention::Attention;
 use tinynn::layers::linear::Linear;
 use tinynn::layers::rmsnorm::RmsNorm;
@@ -18,9 +19,9 @@ pub(crate) struct GatedAttn {
     h: usize,
     hkv: usize,
     d: usize,
-    proj: Linear,
+    proj: Lin,
     attn: Attention,
-    output: Linear,
+    output: Lin,
     /// RMSNorm over one head (D).
     head_norm: RmsNorm,
 }
@@ -45,6 +46,8 @@ pub(crate) struct AttnActs {
     y: Vec<f32>,
     /// (N, (H + Hkv) R) the rotated dims in adjacent-pair order.
     rot: Vec<f32>,
+    /// The LoRA intermediates of the projection and the output (empty without adapters).
+    u: [Vec<f32>; 2],
 }
 
 /// Backward buffers shared by the attention layers.
@@ -109,11 +112,17 @@ impl GatedAttn {
             h,
             hkv,
             d,
-            proj: Linear::new(c, 2 * h * d + 2 * hkv * d),
+            proj: Lin::Dense(Linear::new(c, 2 * h * d + 2 * hkv * d)),
             attn: Attention::new(h, hkv, d),
-            output: Linear::new(h * d, c),
+            output: Lin::Dense(Linear::new(h * d, c)),
             head_norm: RmsNorm::new(d, eps),
         }
+    }
+
+    /// The products as frozen base matrices with adapters (a LoRA run): attn_q|attn_k|attn_v
+    /// and attn_output.
+    pub fn freeze(&mut self, [proj, output]: [Lin; 2]) {
+        (self.proj, self.output) = (proj, output);
     }
 
     pub fn acts(&self, b: usize, t: usize, rope_dim: usize) -> AttnActs {
@@ -121,7 +130,7 @@ impl GatedAttn {
         let (q, kv) = (self.h * self.d, self.hkv * self.d);
         let z = |k: usize| vec![0f32; k];
         AttnActs {
-            proj: z(n * self.proj.n_out),
+            proj: z(n * self.proj.n_out()),
             q: z(n * q),
             k: z(n * kv),
             qn: z(n * q),
@@ -134,6 +143,7 @@ impl GatedAttn {
             gate: z(n * q),
             y: z(n * q),
             rot: z(n * (self.h + self.hkv) * rope_dim),
+            u: [&self.proj, &self.output].map(|l| z(n * l.u_width())),
         }
     }
 
@@ -147,7 +157,7 @@ impl GatedAttn {
             dkn: z(n * kv),
             dq: z(n * q),
             dk: z(n * kv),
-            dproj: z(n * self.proj.n_out),
+            dproj: z(n * self.proj.n_out()),
             rot: z(n * (self.h + self.hkv) * rope_dim),
         }
     }
@@ -170,11 +180,12 @@ impl GatedAttn {
             self.h * d,
             self.hkv * d,
             self.attn.qkv_width(),
-            self.proj.n_out,
+            self.proj.n_out(),
         );
         // (N, C) -> (N, P)
+        let [u0, u1] = &mut a.u;
         self.proj
-            .forward(h, &p[r.qkv.clone()], None, &mut a.proj, n, false);
+            .forward(p, &r.qkv, &None, h, &mut a.proj, u0, n, false, None);
         // split: q heads and gate heads out of their interleaving, k
         for i in 0..n {
             let row = &a.proj[i * pw..(i + 1) * pw];
@@ -209,7 +220,7 @@ impl GatedAttn {
         }
         // (N, H D) -> (N, C), added into the residual stream
         self.output
-            .forward(&a.y, &p[r.output.clone()], None, out, n, true);
+            .forward(p, &r.output, &None, &a.y, out, u1, n, true, None);
     }
 
     /// From dres (N, C): dh (N, C) overwritten with the gradient of h; parameter gradients
@@ -234,12 +245,12 @@ impl GatedAttn {
             self.h * d,
             self.hkv * d,
             self.attn.qkv_width(),
-            self.proj.n_out,
+            self.proj.n_out(),
         );
         // (N, C) -> (N, H D)
-        let (w_o, g_o) = (&p[r.output.clone()], &mut g[r.output.clone()]);
+        let (dy, u1) = (Some(&mut s.dy[..]), &a.u[1]);
         self.output
-            .backward(dres, &a.y, w_o, Some(&mut s.dy), false, g_o, None, n);
+            .backward(p, g, &r.output, &None, dres, &a.y, u1, dy, false, n, None);
         // y = att * sig(gate): d gate into its slots of dproj, d att in place of d y
         for i in 0..n {
             for hh in 0..self.h {
@@ -283,8 +294,18 @@ impl GatedAttn {
             row[2 * q..2 * q + kv].copy_from_slice(&s.dk[i * kv..(i + 1) * kv]);
         }
         // (N, P) -> (N, C)
-        let (w, gw) = (&p[r.qkv.clone()], &mut g[r.qkv.clone()]);
-        self.proj
-            .backward(&s.dproj, h, w, Some(dh), false, gw, None, n);
+        self.proj.backward(
+            p,
+            g,
+            &r.qkv,
+            &None,
+            &s.dproj,
+            h,
+            &a.u[0],
+            Some(dh),
+            false,
+            n,
+            None,
+        );
     }
 }

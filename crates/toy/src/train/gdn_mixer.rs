@@ -13,6 +13,7 @@
 //! heads, VW = Hv Dv.
 
 use super::hybrid_params::GdnRanges;
+use super::lin::Lin;
 use std::ops::Range;
 use tinynn::layers::gdn::{self, GdnGrads, GdnParams, GdnSaved, GdnShape};
 use tinynn::layers::linear::Linear;
@@ -20,11 +21,11 @@ use tinynn::layers::linear::Linear;
 pub(crate) struct GdnMixer {
     sh: GdnShape,
     ctx: usize,
-    qkv: Linear,
-    gate: Linear,
-    beta: Linear,
-    alpha: Linear,
-    out: Linear,
+    qkv: Lin,
+    gate: Lin,
+    beta: Lin,
+    alpha: Lin,
+    out: Lin,
 }
 
 /// One layer's forward values for up to B sequences of ctx tokens.
@@ -41,6 +42,8 @@ pub(crate) struct GdnActs {
     saved: Vec<GdnSaved>,
     /// One zero-padded sequence (ctx rows of each input and of the output).
     pad: [Vec<f32>; 5],
+    /// The LoRA intermediates of qkv, gate, beta, alpha, out (empty without adapters).
+    u: [Vec<f32>; 5],
 }
 
 /// Backward buffers, shared by the GDN layers: gradients of qkv, z, b, a (N rows) and of
@@ -73,12 +76,22 @@ impl GdnMixer {
         Self {
             sh,
             ctx,
-            qkv: Linear::new(c, w),
-            gate: Linear::new(c, vw),
-            beta: Linear::new(c, hv),
-            alpha: Linear::new(c, hv),
-            out: Linear::new(vw, c),
+            qkv: Lin::Dense(Linear::new(c, w)),
+            gate: Lin::Dense(Linear::new(c, vw)),
+            beta: Lin::Dense(Linear::new(c, hv)),
+            alpha: Lin::Dense(Linear::new(c, hv)),
+            out: Lin::Dense(Linear::new(vw, c)),
         }
+    }
+
+    /// The products as frozen base matrices with adapters (a LoRA run): attn_qkv,
+    /// attn_gate, ssm_beta, ssm_alpha, ssm_out.
+    pub fn freeze(&mut self, [qkv, gate, beta, alpha, out]: [Lin; 5]) {
+        (self.qkv, self.gate, self.beta, self.alpha, self.out) = (qkv, gate, beta, alpha, out);
+    }
+
+    fn lins(&self) -> [&Lin; 5] {
+        [&self.qkv, &self.gate, &self.beta, &self.alpha, &self.out]
     }
 
     /// Widths of qkv, z, b, a and the output: W, VW, Hv, Hv, VW.
@@ -98,6 +111,7 @@ impl GdnMixer {
             ssm_a: vec![0.0; hv],
             saved: (0..b).map(|_| GdnSaved::new(&self.sh, self.ctx)).collect(),
             pad: self.widths().map(|x| vec![0.0; self.ctx * x]),
+            u: self.lins().map(|l| vec![0.0; n * l.u_width()]),
         }
     }
 
@@ -123,14 +137,15 @@ impl GdnMixer {
     ) {
         let n = b * t;
         // (N, C) -> (N, W), (N, VW), (N, Hv), (N, Hv)
+        let [u0, u1, u2, u3, u4] = &mut a.u;
         self.qkv
-            .forward(h, &p[r.qkv.clone()], None, &mut a.qkv, n, false);
+            .forward(p, &r.qkv, &None, h, &mut a.qkv, u0, n, false, None);
         self.gate
-            .forward(h, &p[r.gate.clone()], None, &mut a.z, n, false);
+            .forward(p, &r.gate, &None, h, &mut a.z, u1, n, false, None);
         self.beta
-            .forward(h, &p[r.beta.clone()], None, &mut a.b, n, false);
+            .forward(p, &r.beta, &None, h, &mut a.b, u2, n, false, None);
         self.alpha
-            .forward(h, &p[r.alpha.clone()], None, &mut a.a, n, false);
+            .forward(p, &r.alpha, &None, h, &mut a.a, u3, n, false, None);
         for (s, l) in a.ssm_a.iter_mut().zip(&p[r.a_log.clone()]) {
             *s = -l.exp();
         }
@@ -161,7 +176,7 @@ impl GdnMixer {
         }
         // (N, VW) -> (N, C), added into the residual stream
         self.out
-            .forward(&a.y, &p[r.out.clone()], None, out, n, true);
+            .forward(p, &r.out, &None, &a.y, out, u4, n, true, None);
     }
 
     /// From dres (N, C), the gradient of the mixer's output: dh (N, C) overwritten with the
@@ -183,10 +198,10 @@ impl GdnMixer {
         let (n, ws) = (b * t, self.widths());
         let [dqkv, dz, db, da, dy] = &mut s.d;
         // (N, C) -> (N, VW)
-        let w_out = &p[r.out.clone()];
-        let g_out = &mut g[r.out.clone()];
-        self.out
-            .backward(dres, &a.y, w_out, Some(&mut dy[..]), false, g_out, None, n);
+        let dy_out = Some(&mut dy[..]);
+        self.out.backward(
+            p, g, &r.out, &None, dres, &a.y, &a.u[4], dy_out, false, n, None,
+        );
         let prm = GdnParams {
             conv_w: &p[r.conv.clone()],
             dt_bias: &p[r.dt_bias.clone()],
@@ -241,8 +256,8 @@ impl GdnMixer {
             (&self.alpha, &r.alpha, &*da),
         ];
         for (k, (lin, rr, d)) in lins.into_iter().enumerate() {
-            let w = &p[rr.clone()];
-            lin.backward(d, h, w, Some(&mut *dh), k > 0, &mut g[rr.clone()], None, n);
+            let dh = Some(&mut *dh);
+            lin.backward(p, g, rr, &None, d, h, &a.u[k], dh, k > 0, n, None);
         }
     }
 }

@@ -7,6 +7,7 @@
 use super::gated_attn::{AttnActs, AttnScratch, GatedAttn};
 use super::gdn_mixer::{GdnActs, GdnMixer, GdnScratch};
 use super::hybrid_params::{HybridRanges, MixerRanges};
+use super::lin::Lin;
 use super::ModelConfig;
 use tinynn::layers::act::{swiglu_backward, swiglu_forward};
 use tinynn::layers::linear::Linear;
@@ -37,6 +38,8 @@ pub(crate) struct HybridActs {
     /// gate|up (N, 2F) and swiglu of it (N, F).
     ff: Vec<f32>,
     act: Vec<f32>,
+    /// The LoRA intermediates of ffn_gate|ffn_up and ffn_down (empty without adapters).
+    u: [Vec<f32>; 2],
 }
 
 /// Gradient buffers the blocks share during the backward.
@@ -61,8 +64,8 @@ pub(crate) struct HybridBlock {
     scale: f32,
     norm: RmsNorm,
     mixer: Mixer,
-    ffn_up: Linear,
-    ffn_down: Linear,
+    ffn_up: Lin,
+    ffn_down: Lin,
 }
 
 impl HybridBlock {
@@ -96,8 +99,23 @@ impl HybridBlock {
             },
             norm: RmsNorm::new(c, cfg.norm_eps),
             mixer,
-            ffn_up: Linear::new(c, 2 * f),
-            ffn_down: Linear::new(f, c),
+            ffn_up: Lin::Dense(Linear::new(c, 2 * f)),
+            ffn_down: Lin::Dense(Linear::new(f, c)),
+        }
+    }
+
+    /// A LoRA run's frozen products of this block, in `hybrid_lora::products` order: the
+    /// mixer's, then ffn_gate|ffn_up and ffn_down.
+    pub fn freeze(&mut self, mut lins: Vec<Lin>) {
+        let down = lins.pop().expect("ffn_down");
+        let up = lins.pop().expect("ffn_gate|ffn_up");
+        (self.ffn_up, self.ffn_down) = (up, down);
+        match &mut self.mixer {
+            Mixer::Gdn(m) => m.freeze(lins.try_into().unwrap_or_else(|_| panic!("5 GDN products"))),
+            Mixer::Attn(m) => m.freeze(
+                lins.try_into()
+                    .unwrap_or_else(|_| panic!("2 attention products")),
+            ),
         }
     }
 
@@ -117,6 +135,7 @@ impl HybridBlock {
             rstd2: z(n),
             ff: z(n * 2 * self.f),
             act: z(n * self.f),
+            u: [&self.ffn_up, &self.ffn_down].map(|l| z(n * l.u_width())),
         }
     }
 
@@ -172,12 +191,15 @@ impl HybridBlock {
         self.norm
             .forward(&a.xm, w2, self.scale, &mut a.h2, &mut a.rstd2, n);
         // (N, C) -> (N, 2F) -> (N, F) -> (N, C), added to the stream
-        let w_up = &p[r.ffn_up.clone()];
-        self.ffn_up.forward(&a.h2, w_up, None, &mut a.ff, n, false);
+        let [u0, u1] = &mut a.u;
+        let up = &r.ffn_up;
+        self.ffn_up
+            .forward(p, up, &None, &a.h2, &mut a.ff, u0, n, false, None);
         swiglu_forward(&a.ff, &mut a.act, n, f);
         out[..n * c].copy_from_slice(&a.xm[..n * c]);
-        let w_down = &p[r.ffn_down.clone()];
-        self.ffn_down.forward(&a.act, w_down, None, out, n, true);
+        let down = &r.ffn_down;
+        self.ffn_down
+            .forward(p, down, &None, &a.act, out, u1, n, true, None);
     }
 
     /// s.dx holds the gradient of the block's output; on return, that of its input. Parameter
@@ -194,13 +216,14 @@ impl HybridBlock {
         t: usize,
     ) {
         let (r, n, f) = (&self.r, b * t, self.f);
-        let (w, gw) = (&p[r.ffn_down.clone()], &mut g[r.ffn_down.clone()]);
-        self.ffn_down
-            .backward(&s.dx, &a.act, w, Some(&mut s.dact), false, gw, None, n);
+        let (down, dact) = (&r.ffn_down, Some(&mut s.dact[..]));
+        self.ffn_down.backward(
+            p, g, down, &None, &s.dx, &a.act, &a.u[1], dact, false, n, None,
+        );
         swiglu_backward(&s.dact, &a.ff, &mut s.dff, n, f);
-        let (w, gw) = (&p[r.ffn_up.clone()], &mut g[r.ffn_up.clone()]);
+        let (up, dh) = (&r.ffn_up, Some(&mut s.dh[..]));
         self.ffn_up
-            .backward(&s.dff, &a.h2, w, Some(&mut s.dh), false, gw, None, n);
+            .backward(p, g, up, &None, &s.dff, &a.h2, &a.u[0], dh, false, n, None);
         let (w, gw) = (&p[r.ffn_norm.clone()], &mut g[r.ffn_norm.clone()]);
         self.norm
             .backward(&s.dh, &a.xm, w, self.scale, &a.rstd2, &mut s.dx, gw, n);

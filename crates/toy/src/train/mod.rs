@@ -10,6 +10,7 @@ mod gated_attn;
 mod gdn_mixer;
 mod hybrid;
 mod hybrid_config;
+mod hybrid_lora;
 mod hybrid_params;
 mod lin;
 mod model;
@@ -35,6 +36,7 @@ pub mod warm_start;
 
 pub use base::config_from_gguf as base_config;
 pub use config::{HybridConfig, MixerKind, ModelConfig, TrainArch, TrainError};
+pub use hybrid_lora::QWEN35_LINEAR;
 pub use model::{LoraSpec, TrainModel};
 pub use params::ParamInfo;
 
@@ -42,6 +44,8 @@ pub use params::ParamInfo;
 mod tests;
 #[cfg(test)]
 mod tests_hybrid;
+#[cfg(test)]
+mod tests_hybrid_lora;
 #[cfg(test)]
 mod tests_infer;
 #[cfg(test)]

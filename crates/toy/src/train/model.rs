@@ -109,18 +109,30 @@ impl TrainModel {
     ) -> Result<Self, TrainError> {
         let cfg = super::base::config_from_gguf(file, ctx)?;
         cfg.validate()?;
-        if cfg.hybrid.is_some() {
-            return Err(TrainError::Base(
-                "LoRA on a qwen35 (hybrid) base is not supported yet; fine-tune it with method = \"full\"".into(),
-            ));
-        }
         if lora.rank == 0 || lora.rank > cfg.d_model {
             return Err(TrainError::Config(format!(
                 "LoRA rank {}, expected 1..={}",
                 lora.rank, cfg.d_model
             )));
         }
-        let layout = Layout::new_lora(&cfg, &lora.targets, lora.rank);
+        let known: &[&str] = match cfg.hybrid {
+            None => &super::params::LLAMA_PARTS.concat(),
+            Some(_) => &super::hybrid_lora::QWEN35_LINEAR,
+        };
+        if let Some(t) = lora
+            .targets
+            .iter()
+            .find(|t| *t != "all-linear" && !known.contains(&t.as_str()))
+        {
+            return Err(TrainError::Base(format!(
+                "LoRA target {t:?}: a {} base has no such part; expected some of {known:?}",
+                cfg.arch.name()
+            )));
+        }
+        let layout = match cfg.hybrid {
+            None => Layout::new_lora(&cfg, &lora.targets, lora.rank),
+            Some(_) => Layout::new_lora_hybrid(&cfg, &lora.targets, lora.rank),
+        };
         let params = match params {
             Some(p) => p,
             None => {

@@ -76,7 +76,7 @@ pub(crate) const LLAMA_PARTS: [&[&str]; 4] = [
 
 pub(crate) struct Layout {
     pub infos: Vec<ParamInfo>,
-    inits: Vec<Init>,
+    pub(super) inits: Vec<Init>,
     pub token_embd: Range<usize>,
     pub position_embd: Option<Range<usize>>,
     pub blocks: Vec<BlockRanges>,
@@ -92,7 +92,29 @@ pub(crate) struct Layout {
     pub total: usize,
 }
 
+/// Whether `targets` (part names, or `"all-linear"`) names `part`.
+pub(crate) fn targeted(targets: &[String], part: &str) -> bool {
+    targets.iter().any(|t| t == part || t == "all-linear")
+}
+
 impl Layout {
+    /// No tensors, every range empty.
+    pub(super) fn empty() -> Self {
+        Layout {
+            infos: Vec::new(),
+            inits: Vec::new(),
+            token_embd: 0..0,
+            position_embd: None,
+            blocks: Vec::new(),
+            hybrid: Vec::new(),
+            lora: Vec::new(),
+            output_norm: 0..0,
+            output_norm_b: None,
+            head: 0..0,
+            total: 0,
+        }
+    }
+
     pub(super) fn push(
         &mut self,
         name: String,
@@ -217,19 +239,7 @@ impl Layout {
     /// the base file. `targets` are part names (`attn_q`, ..., `ffn_down`).
     pub fn new_lora(cfg: &ModelConfig, targets: &[String], rank: usize) -> Self {
         let full = Layout::new(cfg);
-        let mut lay = Layout {
-            infos: Vec::new(),
-            inits: Vec::new(),
-            token_embd: 0..0,
-            position_embd: None,
-            blocks: Vec::new(),
-            hybrid: Vec::new(),
-            lora: Vec::new(),
-            output_norm: 0..0,
-            output_norm_b: None,
-            head: 0..0,
-            total: 0,
-        };
+        let mut lay = Layout::empty();
         let dims_of = |name: &str| {
             let i = full.infos.iter().find(|i| i.name == name);
             i.expect("a llama layout has every part").dims.clone()
@@ -244,7 +254,7 @@ impl Layout {
             lay.blocks.push(r);
             let mut adapters = Vec::new();
             for part in LLAMA_PARTS.iter().flat_map(|p| p.iter()) {
-                if !targets.iter().any(|t| t == part) {
+                if !targeted(targets, part) {
                     continue;
                 }
                 let base = n(&format!("{part}.weight"));

@@ -58,16 +58,21 @@ impl Net {
         scale: f32,
     ) -> Result<Self, super::TrainError> {
         let mut net = Self::new(cfg);
-        if let Stack::Std(blocks) = &mut net.stack {
-            for (l, blk) in blocks.iter_mut().enumerate() {
-                blk.r = layout.blocks[l].clone();
-                blk.freeze(super::base::frozen_lins(
-                    file,
-                    cfg,
-                    l,
-                    &layout.lora[l],
-                    scale,
-                )?);
+        match &mut net.stack {
+            Stack::Std(blocks) => {
+                for (l, blk) in blocks.iter_mut().enumerate() {
+                    blk.r = layout.blocks[l].clone();
+                    let lora = &layout.lora[l];
+                    blk.freeze(super::base::frozen_lins(file, cfg, l, lora, scale)?);
+                }
+            }
+            Stack::Hybrid(blocks) => {
+                for (l, blk) in blocks.iter_mut().enumerate() {
+                    blk.r = layout.hybrid[l].clone();
+                    let lora = &layout.lora[l];
+                    let lins = super::hybrid_lora::hybrid_frozen_lins(file, cfg, l, lora, scale)?;
+                    blk.freeze(lins);
+                }
             }
         }
         let (v, c) = (cfg.vocab, cfg.d_model);
