@@ -7,6 +7,7 @@ use anyhow::{Context, Result};
 use indicatif::{ProgressBar, ProgressStyle};
 use std::path::PathBuf;
 use toy::eval::drift::{drift, Drift};
+use toy::eval::drift_grad::drift_grad;
 use toy::eval::lmc::{lmc, Endpoints, Lmc};
 use toy::eval::lmc_plot::plot_lmc;
 use toy::tokenizer::Tokenizer;
@@ -49,6 +50,12 @@ pub struct DriftArgs {
     /// How many of the most drifting positions to show.
     #[arg(long, default_value_t = 10)]
     top: usize,
+    /// Which tensors cause the drift: first-order shares at the midpoint, ranked, and the
+    /// exact drift of A with only each of the top --swaps tensors from B.
+    #[arg(long)]
+    grad: bool,
+    #[arg(long, default_value_t = 5)]
+    swaps: usize,
     #[arg(long)]
     json: bool,
 }
@@ -116,7 +123,48 @@ fn print_lmc(r: &Lmc) {
     );
 }
 
+fn run_drift_grad(a: &DriftArgs) -> Result<()> {
+    let (fa, fb) = (
+        crate::common::open_gguf(&a.a)?,
+        crate::common::open_gguf(&a.b)?,
+    );
+    let tok = Tokenizer::from_gguf(&fa)?;
+    let ids = tokens_of(&tok, &a.file)?;
+    let pb = ProgressBar::new_spinner();
+    let r = drift_grad(&fa, &fb, &ids, a.ctx, a.swaps, |what| {
+        pb.set_message(what.to_string())
+    })
+    .with_context(|| format!("'{}' against '{}'", a.a.display(), a.b.display()))?;
+    pb.finish_and_clear();
+    if a.json {
+        println!("{}", serde_json::to_string(&r)?);
+        return Ok(());
+    }
+    println!(
+        "drift KL(A||B) {:.6} per position; first-order shares sum to {:.6} ({:+.1}%)",
+        r.drift,
+        r.first_order_sum,
+        100.0 * (r.first_order_sum - r.drift) / r.drift.max(1e-30)
+    );
+    println!(
+        "{:<36} {:>12} {:>7} {:>14}",
+        "tensor", "first order", "share", "swapped alone"
+    );
+    for t in r.tensors.iter().take(a.top.max(a.swaps)) {
+        let sw = t.swapped.map_or("-".to_string(), |s| format!("{s:.6}"));
+        let share = 100.0 * t.first_order / r.first_order_sum.abs().max(1e-30);
+        println!(
+            "{:<36} {:>12.6} {:>6.1}% {:>14}",
+            t.name, t.first_order, share, sw
+        );
+    }
+    Ok(())
+}
+
 pub fn run_drift(a: DriftArgs) -> Result<()> {
+    if a.grad {
+        return run_drift_grad(&a);
+    }
     let (ma, tok) = load(&ModelArgs { model: a.a.clone() })?;
     let (mb, _) = load(&ModelArgs { model: a.b.clone() })?;
     let ids = tokens_of(&tok, &a.file)?;

@@ -140,3 +140,44 @@ fn a_model_does_not_drift_from_itself_and_a_perturbed_copy_does() {
     assert_eq!(r.histogram.iter().map(|b| b.1).sum::<usize>(), r.positions);
     assert!(r.median_kl <= r.p99_kl && r.p99_kl <= r.max_kl);
 }
+
+#[test]
+fn the_first_order_shares_of_a_small_drift_sum_to_it_and_the_largest_swap_is_measured() {
+    use toy::eval::drift_grad::drift_grad;
+    let ids = tokens(2 * LLAMA.ctx);
+    let a = file(&weights(&LLAMA), GgmlType::F32);
+    let b = file(&perturbed(0.05), GgmlType::F32);
+    let r = drift_grad(&a, &b, &ids, LLAMA.ctx, 2, |_| {}).unwrap();
+    assert!(r.drift > 1e-6, "the perturbation drifts: {}", r.drift);
+    let rel = (r.first_order_sum - r.drift).abs() / r.drift;
+    assert!(
+        rel < 0.1,
+        "first order {} vs drift {} ({rel})",
+        r.first_order_sum,
+        r.drift
+    );
+    assert!(r
+        .tensors
+        .windows(2)
+        .all(|w| w[0].first_order.abs() >= w[1].first_order.abs()));
+    assert!(r.tensors[0].swapped.is_some() && r.tensors[1].swapped.is_some());
+    assert!(r.tensors[2].swapped.is_none());
+    // swapping in the tensor that matters most drifts, by about its share
+    let top = &r.tensors[0];
+    let s = top.swapped.unwrap();
+    assert!(
+        s > 0.0 && (s - top.first_order).abs() < 0.5 * top.first_order.abs(),
+        "{top:?}"
+    );
+    // vectors were not perturbed: no share
+    let norm = r
+        .tensors
+        .iter()
+        .find(|t| t.name == "output_norm.weight")
+        .unwrap();
+    assert_eq!(norm.first_order, 0.0);
+    // against itself, nothing
+    let same = drift_grad(&a, &a, &ids, LLAMA.ctx, 1, |_| {}).unwrap();
+    assert_eq!(same.drift, 0.0);
+    assert!(same.tensors.iter().all(|t| t.first_order.abs() < 1e-9));
+}

@@ -3,6 +3,9 @@
 //! `(softmax(z) - onehot(target)) * scale`, so the probabilities are never stored apart.
 //! Shapes: logits (N, V), targets (N), losses (N). A target of [`IGNORE`] (a padded or
 //! masked position, as PyTorch's `ignore_index`) has loss 0 and a zero gradient.
+//! [`cross_entropy_soft`] takes a distribution per row instead of a token (distillation, the
+//! gradient of a KL divergence): loss `log(sum(exp(z))) - sum(p z)`, gradient
+//! `(softmax(z) - p) * scale`.
 
 use super::act::{exp_approx, exp_sum16, max16};
 use super::{in_serial, multiversion};
@@ -33,6 +36,44 @@ multiversion! {
         z[target] -= scale;
         sum.ln() + m - zt
     }
+}
+
+/// Per-row cross-entropies H(p, softmax(z)) (N) of logits (N, V) against distributions
+/// `probs` (N, V); with `grad_scale`, the logits become the gradient of their sum times it.
+/// A row of zeros in `probs` has loss 0 and a zero gradient.
+pub fn cross_entropy_soft(
+    logits: &mut [f32],
+    probs: &[f32],
+    losses: &mut [f32],
+    v: usize,
+    grad_scale: Option<f32>,
+) {
+    let n = probs.len() / v;
+    let logits = &mut logits[..n * v];
+    logits
+        .par_chunks_mut(v)
+        .zip(probs.par_chunks(v))
+        .zip(losses[..n].par_iter_mut())
+        .for_each(|((z, p), loss)| {
+            if p.iter().all(|&q| q == 0.0) {
+                // a row of zeros carries no loss (as IGNORE does for tokens)
+                *loss = 0.0;
+                if grad_scale.is_some() {
+                    z.fill(0.0);
+                }
+                return;
+            }
+            let m = z.iter().fold(f32::NEG_INFINITY, |a, &b| a.max(b));
+            let sum: f64 = z.iter().map(|&x| ((x - m) as f64).exp()).sum();
+            let lse = sum.ln() + m as f64;
+            let dot: f64 = z.iter().zip(p).map(|(&x, &q)| x as f64 * q as f64).sum();
+            *loss = (lse - dot) as f32;
+            if let Some(s) = grad_scale {
+                for (x, &q) in z.iter_mut().zip(p) {
+                    *x = ((((*x as f64) - lse).exp() - q as f64) * s as f64) as f32;
+                }
+            }
+        });
 }
 
 /// The target of a row that carries no loss.
@@ -109,6 +150,34 @@ mod tests {
         let mut l = [0.0];
         cross_entropy(&mut u, &[3], &mut l, v, None);
         assert!((l[0] - (v as f32).ln()).abs() < 1e-5);
+    }
+
+    #[test]
+    fn soft_cross_entropy_gradient_matches_finite_differences_and_one_hot_is_the_hard_loss() {
+        let (n, v) = (3, 29);
+        let z: Vec<f32> = test_data(n * v, 4).iter().map(|x| 3.0 * x).collect();
+        // rows of a softmax of other logits: proper distributions
+        let mut p: Vec<f32> = test_data(n * v, 5);
+        for row in p.chunks_exact_mut(v) {
+            let s: f32 = row.iter().map(|x| x.exp()).sum();
+            row.iter_mut().for_each(|x| *x = x.exp() / s);
+        }
+        let run = |z: &[f32]| {
+            let mut z = z.to_vec();
+            let mut l = vec![0.0; n];
+            cross_entropy_soft(&mut z, &p, &mut l, v, None);
+            l.iter().map(|x| *x as f64).sum::<f64>() * 0.5
+        };
+        let (mut g, mut l) = (z.clone(), vec![0.0; n]);
+        cross_entropy_soft(&mut g, &p, &mut l, v, Some(0.5));
+        check("soft cross-entropy", &z, &g, 1e-2, 1e-3, run);
+        let mut onehot = vec![0.0; v];
+        onehot[7] = 1.0;
+        let (mut a, mut b) = (z[..v].to_vec(), z[..v].to_vec());
+        let (mut la, mut lb) = ([0.0], [0.0]);
+        cross_entropy_soft(&mut a, &onehot, &mut la, v, None);
+        cross_entropy(&mut b, &[7], &mut lb, v, None);
+        assert!((la[0] - lb[0]).abs() < 1e-4, "{la:?} vs {lb:?}");
     }
 
     #[test]

@@ -117,6 +117,11 @@ impl Endpoints {
 
     /// The f32 model θ(α) = (1−α)·θA + α·θB, with A's metadata (tokenizer, template).
     pub fn at(&self, alpha: f64) -> Result<Model, LmcError> {
+        Ok(Model::from_gguf(Arc::new(self.file_at(alpha)?))?)
+    }
+
+    /// [`Self::at`] as a GGUF file.
+    pub fn file_at(&self, alpha: f64) -> Result<GgufFile, LmcError> {
         if !alpha.is_finite() {
             return Err(LmcError::Alpha(alpha));
         }
@@ -135,7 +140,7 @@ impl Endpoints {
         }
         let mut out = Vec::new();
         w.write_to(&mut out)?;
-        Ok(Model::from_gguf(Arc::new(GgufFile::from_bytes(out)?))?)
+        Ok(GgufFile::from_bytes(out)?)
     }
 }
 

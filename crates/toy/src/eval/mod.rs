@@ -2,6 +2,7 @@
 //! the line between them, token drift).
 
 pub mod drift;
+pub mod drift_grad;
 pub mod lmc;
 pub mod lmc_plot;
 pub mod perplexity;

@@ -6,7 +6,7 @@
 //! Letters: B sequences, T positions, N = B*T rows, C width, V vocabulary.
 
 use super::params::{Layout, LoraRanges, ParamInfo};
-use super::shard::{Net, Shard};
+use super::shard::{Net, Shard, Targets};
 use super::{ModelConfig, TrainArch, TrainError};
 use crate::gguf::GgufFile;
 use std::ops::Range;
@@ -280,7 +280,7 @@ impl TrainModel {
     fn run(
         &mut self,
         inputs: &[u32],
-        targets: &[u32],
+        targets: Targets,
         pos: Option<&[u32]>,
         (b, t): (usize, usize),
         grad_scale: Option<f32>,
@@ -290,7 +290,11 @@ impl TrainModel {
         // one shard on rows r of the batch
         let one = |sh: &mut Shard, g: Option<&mut [f32]>, r: Range<usize>| -> f64 {
             sh.set_dropout(drop, r.start);
-            let (x, y) = (&inputs[r.clone()], &targets[r.clone()]);
+            let x = &inputs[r.clone()];
+            let y = match targets {
+                Targets::Tokens(y) => Targets::Tokens(&y[r.clone()]),
+                Targets::Probs(q) => Targets::Probs(&q[r.start * net.v..r.end * net.v]),
+            };
             let pos = pos.map(|q| &q[r.clone()]);
             let b = r.len() / t;
             sh.forward(net, p, x, pos, b, t);
@@ -342,7 +346,13 @@ impl TrainModel {
         self.check_shape(inputs.len(), b, t);
         self.check_shape(targets.len(), b, t);
         let n = trained(targets);
-        (self.run(inputs, targets, None, (b, t), Some(loss_scale / n as f32)) / n as f64) as f32
+        (self.run(
+            inputs,
+            Targets::Tokens(targets),
+            None,
+            (b, t),
+            Some(loss_scale / n as f32),
+        ) / n as f64) as f32
     }
 
     /// Whether rows may pack several samples ([`Self::forward_backward_packed`]): the
@@ -377,14 +387,36 @@ impl TrainModel {
         self.check_packing().expect("packed rows");
         let n = trained(targets);
         let g = Some(loss_scale / n as f32);
-        (self.run(inputs, targets, Some(pos), (b, t), g) / n as f64) as f32
+        (self.run(inputs, Targets::Tokens(targets), Some(pos), (b, t), g) / n as f64) as f32
+    }
+
+    /// Forward + backward against a distribution per position, `probs` (B*T, V): returns the
+    /// mean cross-entropy H(p, q) and adds the gradient of `loss_scale` times it into the
+    /// grads (KL(p‖q) has the same gradient: it differs by H(p), a constant).
+    pub fn forward_backward_soft(
+        &mut self,
+        inputs: &[u32],
+        probs: &[f32],
+        (b, t): (usize, usize),
+        loss_scale: f32,
+    ) -> f32 {
+        self.check_shape(inputs.len(), b, t);
+        assert_eq!(
+            probs.len(),
+            b * t * self.cfg.vocab,
+            "probs must be (B*T, V)"
+        );
+        let n = (b * t) as f32;
+        let g = Some(loss_scale / n);
+        (self.run(inputs, Targets::Probs(probs), None, (b, t), g) / n as f64) as f32
     }
 
     /// Mean loss only (validation), grads untouched.
     pub fn forward_loss(&mut self, inputs: &[u32], targets: &[u32], b: usize, t: usize) -> f32 {
         self.check_shape(inputs.len(), b, t);
         self.check_shape(targets.len(), b, t);
-        (self.run(inputs, targets, None, (b, t), None) / trained(targets) as f64) as f32
+        (self.run(inputs, Targets::Tokens(targets), None, (b, t), None) / trained(targets) as f64)
+            as f32
     }
 
     /// Logits (V) of the last position of one sequence `tokens` (len <= ctx), for sampling

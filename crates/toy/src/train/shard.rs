@@ -9,12 +9,20 @@ use super::lin::FrozenMat;
 use super::params::Layout;
 use super::stack::{Stack, StackActs};
 use super::ModelConfig;
-use tinynn::layers::cross_entropy::cross_entropy;
+use tinynn::layers::cross_entropy::{cross_entropy, cross_entropy_soft};
 use tinynn::layers::embedding::Embedding;
 use tinynn::layers::linear::Linear;
 use tinynn::layers::rope::Rope;
 
 /// Everything about the network that does not change during training, except the weights.
+/// What the head's loss compares its logits with: a token per row (or IGNORE), or a
+/// distribution per row (N, V).
+#[derive(Clone, Copy)]
+pub(crate) enum Targets<'a> {
+    Tokens(&'a [u32]),
+    Probs(&'a [f32]),
+}
+
 pub(crate) struct Net {
     pub layout: Layout,
     pub stack: Stack,
@@ -180,25 +188,23 @@ impl Shard {
         );
     }
 
-    /// Logits (N, V) of hf, then per-row losses (and their gradient in place, times
+    /// Logits (N, V) of hf, then per-row cross-entropies against `targets` (and their gradient in place, times
     /// `grad_scale`); returns the sum of the N losses.
     pub fn head_loss(
         &mut self,
         net: &Net,
         p: &[f32],
-        targets: &[u32],
+        targets: Targets,
         n: usize,
         grad_scale: Option<f32>,
     ) -> f64 {
         // (N, C) -> (N, V)
         net.head_forward(p, &self.hf, &mut self.logits, n);
-        cross_entropy(
-            &mut self.logits,
-            &targets[..n],
-            &mut self.losses,
-            net.v,
-            grad_scale,
-        );
+        let (z, l, v) = (&mut self.logits, &mut self.losses, net.v);
+        match targets {
+            Targets::Tokens(t) => cross_entropy(z, &t[..n], l, v, grad_scale),
+            Targets::Probs(q) => cross_entropy_soft(z, &q[..n * v], l, v, grad_scale),
+        }
         self.losses[..n].iter().map(|l| *l as f64).sum()
     }
 
