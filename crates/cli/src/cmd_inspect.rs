@@ -68,7 +68,7 @@ fn hybrid_flow(c: &Config) -> Vec<String> {
     let mut f = vec![
         format!("token_embd          (T) -> (T, {d})"),
         format!("{} x blk.i, kinds: [{}]", c.n_layer, kinds.join(", ")),
-        format!("  attn_norm (rmsnorm)  (T, {d}) -> (T, {d})"),
+        format!("  attn_norm (rmsnorm)  (T, {d}) -> (T, {d})  [tap blk.i.attn_norm]"),
     ];
     if let Some(g) = c.gdn {
         let w = g.conv_channels();
@@ -82,7 +82,7 @@ fn hybrid_flow(c: &Config) -> Vec<String> {
             g.kernel, g.hk, g.hv, g.dk, g.dv
         ));
         f.push(format!(
-            "  gdn: ssm_norm(o) * silu(z), ssm_out  (T, {vw}) -> (T, {d}), + residual"
+            "  gdn: ssm_norm(o) * silu(z), ssm_out  (T, {vw}) -> (T, {d}), + residual  [tap blk.i.attn_out, blk.i.gdn_state]"
         ));
     }
     f.push(format!(
@@ -92,17 +92,19 @@ fn hybrid_flow(c: &Config) -> Vec<String> {
         kv * hd
     ));
     f.push(format!(
-        "  attn: q/k rmsnorm, rope (neox, base {}, {} of {hd} dims), attention ({h} heads, {kv} kv heads) * sigmoid(gate), attn_output  -> (T, {d}), + residual",
+        "  attn: q/k rmsnorm, rope (neox, base {}, {} of {hd} dims), attention ({h} heads, {kv} kv heads) * sigmoid(gate), attn_output  -> (T, {d}), + residual  [tap blk.i.attn_out]",
         c.rope_base, c.rope_dim
     ));
     f.push(format!(
         "  post_attention_norm (rmsnorm)  (T, {d}) -> (T, {d})"
     ));
     f.push(format!(
-        "  ffn_gate, ffn_up, silu(gate)*up, ffn_down  (T, {d}) -> (T, {ff}) -> (T, {d}), + residual"
+        "  ffn_gate, ffn_up, silu(gate)*up, ffn_down  (T, {d}) -> (T, {ff}) -> (T, {d}), + residual  [tap blk.i.ffn_out, blk.i.resid]"
     ));
     f.push(format!("output_norm (rmsnorm)  (T, {d}) -> (T, {d})"));
-    f.push(format!("output                (T, {d}) -> (T, {v})"));
+    f.push(format!(
+        "output                (T, {d}) -> (T, {v})  [tap logits]"
+    ));
     f
 }
 
@@ -120,7 +122,9 @@ fn flow(c: &Config) -> Vec<String> {
     }
     let norm = if gpt2 { "layernorm" } else { "rmsnorm" };
     f.push(format!("{} x blk.i:", c.n_layer));
-    f.push(format!("  attn_norm ({norm})  (T, {d}) -> (T, {d})"));
+    f.push(format!(
+        "  attn_norm ({norm})  (T, {d}) -> (T, {d})  [tap blk.i.attn_norm]"
+    ));
     if gpt2 {
         f.push(format!("  attn_qkv            (T, {d}) -> (T, {})", 3 * d));
     } else {
@@ -142,7 +146,7 @@ fn flow(c: &Config) -> Vec<String> {
         h * hd
     ));
     f.push(format!(
-        "  attn_output         (T, {}) -> (T, {d}), + residual",
+        "  attn_output         (T, {}) -> (T, {d}), + residual  [tap blk.i.attn_out]",
         h * hd
     ));
     f.push(format!("  ffn_norm ({norm})   (T, {d}) -> (T, {d})"));
@@ -154,10 +158,12 @@ fn flow(c: &Config) -> Vec<String> {
         ));
     }
     f.push(format!(
-        "  ffn_down            (T, {ff}) -> (T, {d}), + residual"
+        "  ffn_down            (T, {ff}) -> (T, {d}), + residual  [tap blk.i.ffn_out, blk.i.resid]"
     ));
     f.push(format!("output_norm ({norm})  (T, {d}) -> (T, {d})"));
-    f.push(format!("output                (T, {d}) -> (T, {v})"));
+    f.push(format!(
+        "output                (T, {d}) -> (T, {v})  [tap logits]"
+    ));
     f
 }
 

@@ -15,6 +15,7 @@ mod cmd_quantize;
 mod cmd_runs;
 mod cmd_score;
 mod cmd_serve;
+mod cmd_tap;
 mod cmd_template;
 mod cmd_tokenize;
 mod cmd_train;
@@ -50,6 +51,8 @@ enum Cmd {
     Tokenize(cmd_tokenize::Args),
     /// Teacher-forced log-probabilities of a continuation.
     Score(cmd_score::Args),
+    /// Activations at named points of a forward pass: statistics, or .npy files.
+    Tap(cmd_tap::Args),
     /// Evaluate a model.
     #[command(subcommand)]
     Eval(cmd_eval::EvalCmd),
@@ -124,6 +127,7 @@ fn run(cmd: Cmd) -> anyhow::Result<()> {
         Cmd::Inspect(a) => cmd_inspect::run(a),
         Cmd::Tokenize(a) => cmd_tokenize::run(a),
         Cmd::Score(a) => cmd_score::run(a),
+        Cmd::Tap(a) => cmd_tap::run(a),
         Cmd::Eval(c) => cmd_eval::run(c),
         Cmd::Template(a) => cmd_template::run(a),
         Cmd::Quantize(a) => cmd_quantize::run(a),

@@ -546,3 +546,43 @@ fn a_reader_that_stops_early_ends_toy_without_a_panic() {
     assert!(String::from_utf8_lossy(&first).starts_with('{'));
     assert!(!err.contains("panicked"), "{err}");
 }
+
+#[test]
+fn tap_captures_every_point_inspect_names_and_bad_patterns_are_errors() {
+    let m = model();
+    let v: Value = serde_json::from_str(&toy_ok(&["inspect", &m, "--json"])).unwrap();
+    let mut names: Vec<String> = Vec::new();
+    for line in v["flow"].as_array().unwrap() {
+        let l = line.as_str().unwrap();
+        if let Some(t) = l.split("[tap ").nth(1) {
+            let t = t.trim_end_matches(']');
+            names.extend(t.split(", ").map(|n| n.replace("blk.i.", "blk.29.")));
+        }
+    }
+    assert!(names.len() >= 5, "{names:?}");
+    let at = names.join(",");
+    let out = toy_ok(&[
+        "tap",
+        "-m",
+        &m,
+        "-p",
+        "The sky is blue.",
+        "--at",
+        &at,
+        "--json",
+    ]);
+    let got: Vec<Value> = serde_json::from_str(&out).unwrap();
+    let got_names: Vec<&str> = got.iter().map(|c| c["name"].as_str().unwrap()).collect();
+    for n in &names {
+        assert!(
+            got_names.contains(&n.as_str()),
+            "{n} not captured: {got_names:?}"
+        );
+    }
+    let logits = got.iter().find(|c| c["name"] == "logits").unwrap();
+    assert_eq!(logits["shape"][1], 49152);
+    let resid = got.iter().find(|c| c["name"] == "blk.29.resid").unwrap();
+    assert!(resid["stats"]["rms"].as_f64().unwrap() > 0.0);
+    let err = toy_err(&["tap", "-m", &m, "-p", "hi", "--at", "blk.99.resid"]);
+    assert!(err.contains("names no point"), "{err}");
+}

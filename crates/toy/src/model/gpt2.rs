@@ -2,6 +2,7 @@
 //! position embeddings, pre-LayerNorm blocks with a fused qkv projection, GELU MLP, all
 //! linear layers with bias. Letters: T tokens, C width, H heads, D head size, F MLP width.
 
+use super::tap::tap;
 use super::weights::{embedding_and_head, load_f32, Linear, Loader, Weight};
 use super::{Config, ModelError, Span, State};
 use crate::infer::kv_cache::{f16_attention, round_queries};
@@ -55,6 +56,7 @@ impl Block {
         let (c, ff, pos0, t) = (cfg.d_model, cfg.d_ff, sp.pos0, sp.len);
         let (x, h) = (&mut s.x[..t * c], &mut s.h[..t * c]);
         self.attn_norm.forward(x, cfg.norm_eps, h);
+        tap(&mut s.taps, l, "attn_norm", h, c);
         // (T, C) -> (T, 3C), split into q, k, v (T, C) each
         let qkv = &mut s.qkv[..t * 3 * c];
         self.attn_qkv.forward(file, h, t, qkv);
@@ -80,6 +82,7 @@ impl Block {
         causal_attention(&s.q[..t * c], kc, vc, shape, pos0, att);
         let proj = &mut s.proj[..t * c];
         self.attn_output.forward(file, att, t, proj);
+        tap(&mut s.taps, l, "attn_out", proj, c);
         x.iter_mut().zip(proj.iter()).for_each(|(a, b)| *a += b);
 
         self.ffn_norm.forward(x, cfg.norm_eps, h);
@@ -87,7 +90,9 @@ impl Block {
         self.ffn_up.forward(file, h, t, a);
         gelu(a);
         self.ffn_down.forward(file, a, t, proj);
+        tap(&mut s.taps, l, "ffn_out", proj, c);
         x.iter_mut().zip(proj.iter()).for_each(|(a, b)| *a += b);
+        tap(&mut s.taps, l, "resid", x, c);
     }
 }
 

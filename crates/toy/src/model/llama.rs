@@ -6,6 +6,7 @@
 
 use super::lora::{RowLoras, Target};
 use super::parts::{attend_spans, embed_rows, final_rmsnorm, Mlp};
+use super::tap::tap;
 use super::weights::{embedding_and_head, load_f32, load_f32_opt, Linear, Loader, Weight};
 use super::{Config, ModelError, Span, State};
 use tinynn::kernels::norm::{rmsnorm, rmsnorm_inplace};
@@ -61,6 +62,7 @@ impl Block {
         let (c, qd, kvd, ff) = (cfg.d_model, cfg.q_dim(), cfg.kv_dim(), cfg.d_ff);
         let (x, h) = (&mut s.x[..t * c], &mut s.h[..t * c]);
         rmsnorm(x, &self.attn_norm, cfg.norm_eps, h);
+        tap(&mut s.taps, l, "attn_norm", h, c);
         // (T, C) -> (T, H*D), (T, Hkv*D), (T, Hkv*D)
         let (q, k, v) = (&mut s.q[..t * qd], &mut s.k[..t * kvd], &mut s.v[..t * kvd]);
         Linear::forward_many(
@@ -85,12 +87,15 @@ impl Block {
         let proj = &mut s.proj[..t * c];
         self.attn_output.forward(file, att, t, proj);
         lora.apply(l, Target::Output, att, proj);
+        tap(&mut s.taps, l, "attn_out", proj, c);
         x.iter_mut().zip(proj.iter()).for_each(|(a, b)| *a += b);
 
         rmsnorm(x, &self.ffn_norm, cfg.norm_eps, h);
         let (a, b) = (&mut s.ff_a[..t * ff], &mut s.ff_b[..t * ff]);
         self.mlp.forward(file, h, t, a, b, proj, lora, l);
+        tap(&mut s.taps, l, "ffn_out", proj, c);
         x.iter_mut().zip(proj.iter()).for_each(|(a, b)| *a += b);
+        tap(&mut s.taps, l, "resid", x, c);
     }
 }
 

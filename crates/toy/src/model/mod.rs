@@ -11,6 +11,7 @@ pub mod lora;
 mod parts;
 pub mod qwen35;
 mod state;
+pub mod tap;
 pub mod weights;
 
 pub use config::{Arch, Config, KNOWN_ARCHS};

@@ -10,6 +10,7 @@
 //! H / Hkv heads, D head size, W = 2 Hk Dk + Hv Dv, V vocabulary.
 
 use super::parts::{attend_spans, embed_rows, final_rmsnorm, Mlp};
+use super::tap::tap;
 use super::weights::{embedding_and_head, load_f32, Linear, Loader, Weight};
 use super::{Config, LayerKind, ModelError, Span, State};
 use tinynn::kernels::norm::{rmsnorm, rmsnorm_inplace};
@@ -231,18 +232,42 @@ impl Block {
             cfg.norm_eps,
             &mut s.h[..t * c],
         );
+        tap(&mut s.taps, l, "attn_norm", &s.h[..t * c], c);
         match &self.mixer {
             Mixer::Attention(m) => m.forward(file, cfg, rope, s, l, spans),
-            Mixer::Gdn(m) => m.forward(file, cfg, s, l, spans),
+            Mixer::Gdn(m) => {
+                m.forward(file, cfg, s, l, spans);
+                if s.taps.is_some() {
+                    // one row per sequence of the batch
+                    let norms: Vec<f32> = spans
+                        .iter_mut()
+                        .flat_map(|sp| state_norms(cfg, &sp.cache.recurrent(l).s))
+                        .collect();
+                    let hv = cfg.gdn.map_or(1, |g| g.hv);
+                    tap(&mut s.taps, l, "gdn_state", &norms, hv);
+                }
+            }
         }
         let (x, h, proj) = (&mut s.x[..t * c], &mut s.h[..t * c], &mut s.proj[..t * c]);
+        tap(&mut s.taps, l, "attn_out", proj, c);
         x.iter_mut().zip(proj.iter()).for_each(|(a, b)| *a += b);
         rmsnorm(x, &self.post_attention_norm, cfg.norm_eps, h);
         let (a, b) = (&mut s.ff_a[..t * ff], &mut s.ff_b[..t * ff]);
         let none = super::lora::RowLoras::none();
         self.mlp.forward(file, h, t, a, b, proj, &none, l);
+        tap(&mut s.taps, l, "ffn_out", proj, c);
         x.iter_mut().zip(proj.iter()).for_each(|(a, b)| *a += b);
+        tap(&mut s.taps, l, "resid", x, c);
     }
+}
+
+/// The Frobenius norm of each value head's state (Hv, Dk, Dv).
+fn state_norms(cfg: &Config, s: &[f32]) -> Vec<f32> {
+    let g = cfg.gdn.expect("a GDN layer has a GDN shape");
+    s[..g.ssm_state_len()]
+        .chunks_exact(g.dk * g.dv)
+        .map(|h| h.iter().map(|v| v * v).sum::<f32>().sqrt())
+        .collect()
 }
 
 /// A Qwen3.5 model: embedding, hybrid blocks, final norm and head.

@@ -43,6 +43,8 @@ pub struct State {
     pub gdn_b: Vec<f32>,
     pub gdn_a: Vec<f32>,
     pub gdn_out: Vec<f32>,
+    /// Activation taps (`super::tap`): None unless asked for.
+    pub taps: Option<Box<super::tap::Taps>>,
 }
 
 /// `n` zeros where `used`, else nothing.
@@ -90,6 +92,7 @@ impl State {
                 cfg.gdn.is_some(),
                 b * cfg.gdn.map_or(0, |g| g.value_width()),
             ),
+            taps: None,
         }
     }
 
