@@ -39,7 +39,7 @@ pub fn run(c: EvalCmd) -> Result<()> {
         ProgressStyle::with_template("{bar:30} chunk {pos}/{len} ppl {msg} eta {eta}")
             .unwrap_or_else(|_| ProgressStyle::default_bar()),
     );
-    let r = perplexity(&model, &ids, a.ctx, |done, _, ppl| {
+    let r = perplexity(&model, &ids, a.ctx, tok.start_bos(), |done, _, ppl| {
         bar.set_position(done as u64);
         bar.set_message(format!("{ppl:.4}"));
     })
