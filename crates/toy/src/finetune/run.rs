@@ -236,6 +236,7 @@ pub fn finetune(
             step: 0,
             val_loss,
             sample: sample(&mut model, &d.tok, &d.val),
+            metrics: None,
         })?;
     }
     let (mut x, mut y) = (vec![0u32; b * t], vec![0u32; b * t]);
@@ -306,6 +307,7 @@ pub fn finetune(
                 step,
                 val_loss,
                 sample: sample(&mut model, &d.tok, &d.val),
+                metrics: None,
             })?;
         }
         if step % recipe.checkpoint.interval == 0 || step == total {
