@@ -85,10 +85,17 @@ pub fn run_lmc(a: LmcArgs) -> Result<()> {
         .with_context(|| format!("'{}' and '{}'", a.a.display(), a.b.display()))?;
     drop(fb);
     let pb = bar(a.alphas.len(), "alpha");
-    let r = lmc(&ends, &ids, a.ctx, &a.alphas, |done, _, alpha, loss| {
-        pb.set_position(done as u64);
-        pb.set_message(format!("loss({alpha:.2}) = {loss:.4}"));
-    })
+    let r = lmc(
+        &ends,
+        &ids,
+        a.ctx,
+        tok.start_bos(),
+        &a.alphas,
+        |done, _, alpha, loss| {
+            pb.set_position(done as u64);
+            pb.set_message(format!("loss({alpha:.2}) = {loss:.4}"));
+        },
+    )
     .with_context(|| {
         format!(
             "'{}': {} tokens at ctx {}",

@@ -6,6 +6,8 @@ mod cmd_chat;
 mod cmd_compare;
 mod cmd_data;
 mod cmd_eval;
+mod cmd_eval_choice;
+mod cmd_eval_kld;
 mod cmd_finetune;
 mod cmd_generate;
 mod cmd_inspect;

@@ -43,6 +43,7 @@ impl RunBar {
                 step,
                 val_loss,
                 sample,
+                ..
             } => {
                 let sample: String = sample.chars().take(160).collect();
                 self.pb.println(eval_line(*step, *val_loss, &sample))

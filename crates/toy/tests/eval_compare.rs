@@ -49,6 +49,7 @@ fn the_line_from_a_checkpoint_to_itself_is_flat_and_its_ends_are_the_models_loss
         &same,
         &ids,
         LLAMA.ctx,
+        None,
         &[1.0, 0.0, 0.5, 0.25],
         |_, _, _, _| {},
     )
@@ -64,11 +65,19 @@ fn the_line_from_a_checkpoint_to_itself_is_flat_and_its_ends_are_the_models_loss
     assert!(r.barrier.abs() < 1e-9, "barrier {}", r.barrier);
 
     let ends = Endpoints::new(a.clone(), &b).unwrap();
-    let r = lmc(&ends, &ids, LLAMA.ctx, &[0.0, 0.5, 1.0], |_, _, _, _| {}).unwrap();
+    let r = lmc(
+        &ends,
+        &ids,
+        LLAMA.ctx,
+        None,
+        &[0.0, 0.5, 1.0],
+        |_, _, _, _| {},
+    )
+    .unwrap();
     // the ends are A (dequantized to f32) and B exactly
     let own = |t: &Tensors| {
         let m = load(gguf(&LLAMA, t, GgmlType::F32)).unwrap();
-        perplexity(&m, &ids, LLAMA.ctx, |_, _, _| {})
+        perplexity(&m, &ids, LLAMA.ctx, None, |_, _, _| {})
             .unwrap()
             .ppl
             .ln()

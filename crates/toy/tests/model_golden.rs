@@ -122,7 +122,7 @@ fn perplexity_of_gpl3_matches_llama_cpp() {
     let model = Model::from_gguf(f).expect("model");
     let text = std::fs::read_to_string(common::golden_dir().join("gpl-3.txt")).expect("gpl-3.txt");
     let ids = tok.encode(&text, true).expect("encode");
-    let r = perplexity(&model, &ids, 256, |_, _, _| {}).expect("perplexity");
+    let r = perplexity(&model, &ids, 256, tok.start_bos(), |_, _, _| {}).expect("perplexity");
     eprintln!(
         "ppl {:.4} +/- {:.4}, {} chunks, {} tokens",
         r.ppl, r.stderr, r.chunks, r.tokens

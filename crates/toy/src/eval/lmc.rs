@@ -145,11 +145,13 @@ impl Endpoints {
 }
 
 /// The loss along the line at each of `alphas` (sorted here), on `tokens` in chunks of
-/// `ctx`; `progress(done, total, alpha, loss)` after each point.
+/// `ctx` (`bos` as [`super::perplexity::perplexity`] takes it); `progress(done, total,
+/// alpha, loss)` after each point.
 pub fn lmc(
     ends: &Endpoints,
     tokens: &[u32],
     ctx: usize,
+    bos: Option<u32>,
     alphas: &[f64],
     mut progress: impl FnMut(usize, usize, f64, f64),
 ) -> Result<Lmc, LmcError> {
@@ -162,7 +164,7 @@ pub fn lmc(
     let mut points = Vec::with_capacity(alphas.len());
     for (i, &alpha) in alphas.iter().enumerate() {
         let model = ends.at(alpha)?;
-        let loss = perplexity(&model, tokens, ctx, |_, _, _| {})?.ppl.ln();
+        let loss = perplexity(&model, tokens, ctx, bos, |_, _, _| {})?.ppl.ln();
         progress(i + 1, alphas.len(), alpha, loss);
         points.push(LmcPoint { alpha, loss });
     }

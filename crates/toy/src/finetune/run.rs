@@ -244,6 +244,7 @@ pub fn finetune(
             step: 0,
             val_loss,
             sample: sample(&mut model, &d.tok, &d.val),
+            metrics: None,
         })?;
     }
     let pack = recipe.data.pack;
@@ -326,6 +327,7 @@ pub fn finetune(
                 step,
                 val_loss,
                 sample: sample(&mut model, &d.tok, &d.val),
+                metrics: None,
             })?;
         }
         if step % recipe.checkpoint.interval == 0 || step == total {

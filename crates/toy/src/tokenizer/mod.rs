@@ -227,6 +227,12 @@ impl Tokenizer {
         self.bos
     }
 
+    /// The BOS a sequence starts with when the model wants one (`add_bos_token` and a BOS
+    /// id), as llama.cpp's `llama_vocab_get_add_bos`.
+    pub fn start_bos(&self) -> Option<u32> {
+        self.bos.filter(|_| self.add_bos)
+    }
+
     pub fn eos_id(&self) -> Option<u32> {
         self.eos
     }

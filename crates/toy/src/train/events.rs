@@ -32,6 +32,9 @@ pub enum Event {
         step: usize,
         val_loss: f32,
         sample: String,
+        /// Set by the `toy eval` commands' `--run`; absent on training's own evaluations.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        metrics: Option<EvalMetrics>,
     },
     Checkpoint {
         step: usize,
@@ -42,6 +45,47 @@ pub enum Event {
         /// "done", or "failed: <why>".
         status: String,
     },
+}
+
+/// What one `toy eval` command measured, logged into a run (`--run`).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct EvalMetrics {
+    /// The evaluation: "kld", "choice".
+    pub name: String,
+    /// The model evaluated and the data it was evaluated on.
+    pub model: String,
+    pub data: String,
+    /// Every statistic the command prints with `--json`.
+    pub results: serde_json::Value,
+    pub time: f64,
+}
+
+/// Log `metrics` into the run folder `run` (its `events.jsonl`, created if missing) as an
+/// `eval` event at the run's last step, with `val_loss` the evaluation's own loss (ln PPL(Q)
+/// for kld, the labelled endings' mean NLL for choice).
+pub fn log_eval(run: &Path, val_loss: f32, metrics: EvalMetrics) -> std::io::Result<PathBuf> {
+    if !run.is_dir() {
+        let why = format!("run folder '{}' not found", run.display());
+        return Err(std::io::Error::new(std::io::ErrorKind::NotFound, why));
+    }
+    let path = run.join("events.jsonl");
+    let step = match read_events(&path) {
+        Ok(evs) => evs.iter().fold(0, |m, e| match e {
+            Event::Step { step, .. } => m.max(*step),
+            _ => m,
+        }),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => 0,
+        Err(e) => return Err(e),
+    };
+    let mut log = EventLog::append(&path)?;
+    log.write(&Event::Eval {
+        step,
+        val_loss,
+        sample: String::new(),
+        metrics: Some(metrics),
+    })?;
+    log.file.sync_all()?;
+    Ok(path)
 }
 
 pub fn now() -> f64 {

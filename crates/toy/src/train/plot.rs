@@ -65,7 +65,12 @@ pub fn read_curves(events: &Path) -> Result<Curves, PlotError> {
             Event::Step { step, loss, .. } if loss.is_finite() => {
                 train.insert(step, f64::from(loss));
             }
-            Event::Eval { step, val_loss, .. } if val_loss.is_finite() => {
+            Event::Eval {
+                step,
+                val_loss,
+                metrics: None,
+                ..
+            } if val_loss.is_finite() => {
                 val.insert(step, f64::from(val_loss));
             }
             _ => {}

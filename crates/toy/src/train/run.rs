@@ -160,7 +160,12 @@ pub fn list_runs(runs_dir: &Path) -> Result<Vec<RunSummary>, RunError> {
                     s.steps = step;
                     s.last_loss = Some(loss);
                 }
-                Event::Eval { val_loss, .. } => s.val_loss = Some(val_loss),
+                Event::Eval {
+                    val_loss,
+                    metrics: None,
+                    ..
+                } => s.val_loss = Some(val_loss),
+                Event::Eval { .. } => {}
                 Event::RunStart { .. } => s.status = "incomplete".into(),
                 Event::RunEnd { status, .. } => s.status = status,
                 Event::Checkpoint { .. } => {}

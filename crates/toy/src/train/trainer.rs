@@ -355,6 +355,7 @@ impl<'a> Session<'a> {
             step,
             val_loss,
             sample,
+            metrics: None,
         })
     }
 

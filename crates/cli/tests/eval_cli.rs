@@ -1,0 +1,168 @@
+//! End-to-end tests of `toy eval kld` and `toy eval choice` on SmolLM2-135M-Instruct Q4_1:
+//! a base written then read back, logging to a run, and bad input (a truncated base, a
+//! mismatched --ctx or text, a bad JSON line), which must fail with one `error: ...` line.
+//! The check that llama-perplexity reads toy's base is scripts/kld-llama-cpp.sh.
+
+mod common;
+
+use common::*;
+use serde_json::Value;
+
+/// The first 3000 bytes of gpl-3.txt (over 600 tokens).
+fn short_text(dir: &TempDir) -> String {
+    let full = std::fs::read_to_string(golden_dir().join("gpl-3.txt")).expect("gpl-3.txt");
+    arg(&dir.write("gpl.txt", &full[..full.floor_char_boundary(3000)]))
+}
+
+#[test]
+fn eval_kld_of_a_model_against_its_own_base() {
+    let dir = TempDir::new("eval_kld_own_base");
+    let (text, base, m) = (short_text(&dir), arg(&dir.path("b.bin")), model());
+    let args = [
+        "eval",
+        "kld",
+        "-m",
+        &m,
+        "-f",
+        &text,
+        "--ctx",
+        "128",
+        "--save-base",
+        &base,
+    ];
+    let saved = toy_json(&[&args[..], &["--chunks", "2", "--json"]].concat());
+    assert_eq!(
+        (saved["chunks"].as_u64(), saved["n_vocab"].as_u64()),
+        (Some(2), Some(49152))
+    );
+    // 20 header bytes, 2*128 tokens, 2 chunks of 63 rows of 49156 u16
+    let len = std::fs::metadata(&base).expect("base").len();
+    assert_eq!(len, 20 + 4 * 256 + 2 * 63 * 49156 * 2);
+    let run = dir.path("run");
+    std::fs::create_dir(&run).expect("run dir");
+    let v = toy_json(&[
+        "eval",
+        "kld",
+        "-m",
+        &m,
+        "--base",
+        &base,
+        "-f",
+        &text,
+        "--json",
+        "--run",
+        &arg(&run),
+    ]);
+    assert_eq!(
+        (v["tokens"].as_u64(), v["chunks"].as_u64()),
+        (Some(126), Some(2))
+    );
+    let kld = v["kld_mean"]["value"].as_f64().expect("kld");
+    assert!(kld.abs() < 1e-5, "kld {kld}");
+    assert_eq!(v["same_top_p"]["value"].as_f64(), Some(1.0));
+    let ppl = saved["ppl"].as_f64().unwrap();
+    let ppl_q = v["ppl_q"]["value"].as_f64().unwrap();
+    assert!((ppl_q - ppl).abs() < 1e-6 * ppl, "{ppl_q} vs {ppl}");
+    let events = std::fs::read_to_string(run.join("events.jsonl")).expect("events");
+    let e: Value = serde_json::from_str(events.lines().last().unwrap()).unwrap();
+    assert_eq!(
+        (e["type"].as_str(), e["metrics"]["name"].as_str()),
+        (Some("eval"), Some("kld"))
+    );
+    assert_eq!(e["metrics"]["results"]["kld_mean"], v["kld_mean"]);
+    // the text form prints llama-perplexity's sections
+    let out = toy_ok(&["eval", "kld", "-m", &m, "--base", &base]);
+    for line in [
+        "====== KL divergence statistics ======",
+        "Mean    KLD:",
+        "99.9%   KLD:",
+        "RMS Δp    :",
+        "Same top p: 100.000",
+    ] {
+        assert!(out.contains(line), "no {line:?} in\n{out}");
+    }
+}
+
+#[test]
+fn eval_kld_refuses_a_bad_base() {
+    let dir = TempDir::new("eval_kld_bad_base");
+    let (text, base, m) = (short_text(&dir), arg(&dir.path("b.bin")), model());
+    toy_ok(&[
+        "eval",
+        "kld",
+        "-m",
+        &m,
+        "-f",
+        &text,
+        "--ctx",
+        "64",
+        "--chunks",
+        "1",
+        "--save-base",
+        &base,
+    ]);
+    let bytes = std::fs::read(&base).unwrap();
+    let cut = dir.write("cut.bin", &bytes[..bytes.len() - 100]);
+    let e = toy_err(&["eval", "kld", "-m", &m, "--base", &arg(&cut)]);
+    assert!(e.contains("cut.bin") && e.contains("truncated"), "{e}");
+    let e = toy_err(&["eval", "kld", "-m", &m, "--base", &base, "--ctx", "128"]);
+    assert!(
+        e.contains("--ctx 128 does not match") && e.contains("chunks of 64"),
+        "{e}"
+    );
+    let other = arg(&dir.write(
+        "other.txt",
+        "Something else entirely, and long enough. ".repeat(40),
+    ));
+    let e = toy_err(&["eval", "kld", "-m", &m, "--base", &base, "-f", &other]);
+    assert!(e.contains("is not the text of"), "{e}");
+    let e = toy_err(&["eval", "kld", "-m", &m, "--base", &text]);
+    assert!(e.contains("expected \"_logits_\""), "{e}");
+    let e = toy_err(&["eval", "kld", "-m", &m, "-f", &text]);
+    assert!(e.contains("--base"), "{e}");
+}
+
+#[test]
+fn eval_choice_on_the_easy_set_and_bad_lines() {
+    let dir = TempDir::new("eval_choice");
+    let set = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../../data/choice/easy-40.jsonl"
+    );
+    let m = model();
+    let run = dir.path("run");
+    std::fs::create_dir(&run).expect("run dir");
+    let v = toy_json(&[
+        "eval",
+        "choice",
+        "-m",
+        &m,
+        "-f",
+        set,
+        "--json",
+        "--run",
+        &arg(&run),
+    ]);
+    assert_eq!(v["items"].as_u64(), Some(40));
+    assert_eq!(v["per_item"].as_array().map(Vec::len), Some(40));
+    assert!(v["accuracy"].as_f64().unwrap() > 0.5, "{v}");
+    let events = std::fs::read_to_string(run.join("events.jsonl")).expect("events");
+    assert!(events.contains("\"name\":\"choice\""), "{events}");
+    let bad = dir.write(
+        "bad.jsonl",
+        "{\"context\": \"a\", \"endings\": [\"b\", \"c\"], \"label\": 0}\n{\"context\": 1}\n",
+    );
+    let e = toy_err(&["eval", "choice", "-m", &m, "-f", &arg(&bad)]);
+    assert!(e.contains("bad.jsonl") && e.contains("line 2"), "{e}");
+    let e = toy_err(&[
+        "eval",
+        "choice",
+        "-m",
+        &m,
+        "-f",
+        set,
+        "--run",
+        &arg(&dir.path("nope")),
+    ]);
+    assert!(e.contains("not found"), "{e}");
+}
