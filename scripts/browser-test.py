@@ -347,6 +347,23 @@ def main():
             assert points == want, f"{points} points drawn after a resume, expected {want}"
         checks.run("a resumed run replaces the repeated steps", runs_resume)
 
+        def runs_eval_curve():
+            # `toy eval lmc ... --run` appends an eval event with metrics: drawn under the loss
+            points = [{"alpha": a / 4, "loss": 3.0 + (a * (4 - a)) / 8} for a in range(5)]
+            ev = {"type": "eval", "step": 60, "val_loss": 3.0, "sample": "",
+                  "metrics": {"name": "lmc", "model": "a.gguf -> b.gguf", "data": "text.txt", "time": 0,
+                              "results": {"points": points, "barrier": 0.5, "barrier_alpha": 0.5}}}
+            with open(events, "a") as f:
+                f.write(json.dumps(ev) + "\n")
+            wait_for(lambda: int(b.js("+document.querySelector('#eval-chart').dataset.points")) == 7, 10,
+                     "the LMC curve (5 points and the chord) in #eval-chart")
+            summary = b.js("document.querySelector('#eval-summary').textContent")
+            assert "barrier 0.5000 at alpha 0.5" in summary, summary
+            loss_points = int(b.js("document.querySelector('#loss-chart').dataset.points"))
+            assert loss_points == n_points + 22, f"the eval event moved the loss chart: {loss_points}"
+            screenshot("runs-eval.png")
+        checks.run("an eval event's LMC curve is drawn beside the run", runs_eval_curve)
+
         def serve_run_shows_requests():
             # the server's own telemetry run (runs/serve-<time>/) holds a line per request made above
             sel = "#runs-list .run[data-run-id^='serve-']"

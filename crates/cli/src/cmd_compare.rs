@@ -2,6 +2,7 @@
 //! along the line between them (`toy::eval::lmc`) and by per-position drift
 //! (`toy::eval::drift`).
 
+use crate::cmd_eval::{check_run, log_to_run};
 use crate::common::{load, ModelArgs};
 use anyhow::{Context, Result};
 use indicatif::{ProgressBar, ProgressStyle};
@@ -33,6 +34,9 @@ pub struct LmcArgs {
     /// Draw the curve into this PNG.
     #[arg(long)]
     plot: Option<PathBuf>,
+    /// Log the curve into this run folder (runs/<id>) as an `eval` event.
+    #[arg(long)]
+    run: Option<PathBuf>,
     #[arg(long)]
     json: bool,
 }
@@ -56,6 +60,9 @@ pub struct DriftArgs {
     grad: bool,
     #[arg(long, default_value_t = 5)]
     swaps: usize,
+    /// Log the results into this run folder (runs/<id>) as an `eval` event.
+    #[arg(long)]
+    run: Option<PathBuf>,
     #[arg(long)]
     json: bool,
 }
@@ -74,6 +81,7 @@ fn tokens_of(tok: &Tokenizer, file: &PathBuf) -> Result<Vec<u32>> {
 }
 
 pub fn run_lmc(a: LmcArgs) -> Result<()> {
+    check_run(&a.run)?;
     let (fa, fb) = (
         crate::common::open_gguf(&a.a)?,
         crate::common::open_gguf(&a.b)?,
@@ -107,6 +115,11 @@ pub fn run_lmc(a: LmcArgs) -> Result<()> {
     pb.finish_and_clear();
     if let Some(p) = &a.plot {
         plot_lmc(&r, "loss between checkpoints", p)?;
+    }
+    if let Some(run) = &a.run {
+        let models = PathBuf::from(format!("{} -> {}", a.a.display(), a.b.display()));
+        let end = r.points.last().map_or(0.0, |p| p.loss);
+        log_to_run(run, "lmc", &models, &a.file, end, serde_json::to_value(&r)?)?;
     }
     if a.json {
         println!("{}", serde_json::to_string(&r)?);
@@ -143,6 +156,17 @@ fn run_drift_grad(a: &DriftArgs) -> Result<()> {
     })
     .with_context(|| format!("'{}' against '{}'", a.a.display(), a.b.display()))?;
     pb.finish_and_clear();
+    if let Some(run) = &a.run {
+        let models = PathBuf::from(format!("{} -> {}", a.a.display(), a.b.display()));
+        log_to_run(
+            run,
+            "drift-grad",
+            &models,
+            &a.file,
+            r.drift,
+            serde_json::to_value(&r)?,
+        )?;
+    }
     if a.json {
         println!("{}", serde_json::to_string(&r)?);
         return Ok(());
@@ -169,6 +193,7 @@ fn run_drift_grad(a: &DriftArgs) -> Result<()> {
 }
 
 pub fn run_drift(a: DriftArgs) -> Result<()> {
+    check_run(&a.run)?;
     if a.grad {
         return run_drift_grad(&a);
     }
@@ -188,6 +213,17 @@ pub fn run_drift(a: DriftArgs) -> Result<()> {
         )
     })?;
     pb.finish_and_clear();
+    if let Some(run) = &a.run {
+        let models = PathBuf::from(format!("{} -> {}", a.a.display(), a.b.display()));
+        log_to_run(
+            run,
+            "drift",
+            &models,
+            &a.file,
+            r.mean_kl,
+            serde_json::to_value(&r)?,
+        )?;
+    }
     if a.json {
         println!("{}", serde_json::to_string(&r)?);
     } else {

@@ -166,3 +166,46 @@ fn eval_choice_on_the_easy_set_and_bad_lines() {
     ]);
     assert!(e.contains("not found"), "{e}");
 }
+
+#[test]
+fn lmc_and_drift_of_a_model_against_itself_log_flat_curves_to_a_run() {
+    let dir = TempDir::new("eval_lmc_drift");
+    let (text, m) = (short_text(&dir), model());
+    let run = dir.path("run");
+    std::fs::create_dir(&run).expect("run dir");
+    let (png, run_arg) = (arg(&dir.path("lmc.png")), arg(&run));
+    let lmc = toy_json(&[
+        "eval", "lmc", &m, &m, "-f", &text, "--ctx", "128", "--alphas", "0,0.5,1", "--plot", &png,
+        "--json", "--run", &run_arg,
+    ]);
+    let pts = lmc["points"].as_array().unwrap();
+    assert_eq!(pts.len(), 3);
+    assert!(pts
+        .iter()
+        .all(|p| (p["loss"].as_f64().unwrap() - pts[0]["loss"].as_f64().unwrap()).abs() < 1e-9));
+    assert!(lmc["barrier"].as_f64().unwrap().abs() < 1e-9);
+    assert!(
+        std::fs::metadata(dir.path("lmc.png")).unwrap().len() > 1000,
+        "a PNG"
+    );
+    let drift = toy_json(&[
+        "eval", "drift", &m, &m, "-f", &text, "--ctx", "128", "--json", "--run", &run_arg,
+    ]);
+    assert_eq!(
+        (drift["mean_kl"].as_f64(), drift["top1_agree"].as_f64()),
+        (Some(0.0), Some(1.0))
+    );
+    let events = std::fs::read_to_string(run.join("events.jsonl")).expect("events");
+    let names: Vec<String> = events
+        .lines()
+        .map(|l| {
+            serde_json::from_str::<Value>(l).unwrap()["metrics"]["name"]
+                .as_str()
+                .unwrap_or("")
+                .to_string()
+        })
+        .collect();
+    assert_eq!(names, ["lmc", "drift"]);
+    let err = toy_err(&["eval", "lmc", &m, &arg(&dir.path("none.gguf")), "-f", &text]);
+    assert!(err.contains("none.gguf"), "{err}");
+}
