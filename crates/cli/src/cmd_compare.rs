@@ -6,7 +6,7 @@ use crate::cmd_eval::{check_run, log_to_run};
 use crate::common::{load, ModelArgs};
 use anyhow::{Context, Result};
 use indicatif::{ProgressBar, ProgressStyle};
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use toy::eval::drift::{drift, Drift};
 use toy::eval::drift_grad::drift_grad;
 use toy::eval::lmc::{lmc, Endpoints, Lmc};
@@ -67,6 +67,20 @@ pub struct DriftArgs {
     json: bool,
 }
 
+/// `--run`: log the comparison of `a` with `b` on `file` as an `eval` event of that run.
+fn log_pair(
+    run: &Option<PathBuf>,
+    name: &str,
+    (a, b): (&Path, &Path),
+    file: &Path,
+    loss: f64,
+    r: &impl serde::Serialize,
+) -> Result<()> {
+    let Some(run) = run else { return Ok(()) };
+    let models = PathBuf::from(format!("{} -> {}", a.display(), b.display()));
+    log_to_run(run, name, &models, file, loss, serde_json::to_value(r)?)
+}
+
 fn bar(len: usize, what: &str) -> ProgressBar {
     let b = ProgressBar::new(len as u64);
     let t = format!("{{bar:30}} {what} {{pos}}/{{len}} {{msg}} eta {{eta}}");
@@ -116,11 +130,14 @@ pub fn run_lmc(a: LmcArgs) -> Result<()> {
     if let Some(p) = &a.plot {
         plot_lmc(&r, "loss between checkpoints", p)?;
     }
-    if let Some(run) = &a.run {
-        let models = PathBuf::from(format!("{} -> {}", a.a.display(), a.b.display()));
-        let end = r.points.last().map_or(0.0, |p| p.loss);
-        log_to_run(run, "lmc", &models, &a.file, end, serde_json::to_value(&r)?)?;
-    }
+    log_pair(
+        &a.run,
+        "lmc",
+        (&a.a, &a.b),
+        &a.file,
+        r.points.last().map_or(0.0, |p| p.loss),
+        &r,
+    )?;
     if a.json {
         println!("{}", serde_json::to_string(&r)?);
     } else {
@@ -156,17 +173,7 @@ fn run_drift_grad(a: &DriftArgs) -> Result<()> {
     })
     .with_context(|| format!("'{}' against '{}'", a.a.display(), a.b.display()))?;
     pb.finish_and_clear();
-    if let Some(run) = &a.run {
-        let models = PathBuf::from(format!("{} -> {}", a.a.display(), a.b.display()));
-        log_to_run(
-            run,
-            "drift-grad",
-            &models,
-            &a.file,
-            r.drift,
-            serde_json::to_value(&r)?,
-        )?;
-    }
+    log_pair(&a.run, "drift-grad", (&a.a, &a.b), &a.file, r.drift, &r)?;
     if a.json {
         println!("{}", serde_json::to_string(&r)?);
         return Ok(());
@@ -213,17 +220,7 @@ pub fn run_drift(a: DriftArgs) -> Result<()> {
         )
     })?;
     pb.finish_and_clear();
-    if let Some(run) = &a.run {
-        let models = PathBuf::from(format!("{} -> {}", a.a.display(), a.b.display()));
-        log_to_run(
-            run,
-            "drift",
-            &models,
-            &a.file,
-            r.mean_kl,
-            serde_json::to_value(&r)?,
-        )?;
-    }
+    log_pair(&a.run, "drift", (&a.a, &a.b), &a.file, r.mean_kl, &r)?;
     if a.json {
         println!("{}", serde_json::to_string(&r)?);
     } else {

@@ -183,39 +183,49 @@ fn lora_on_a_q8_0_base_lowers_the_loss_and_keeps_the_norms() {
         GgmlType::Q8_0
     );
     let mut m = TrainModel::lora_on_base(&file, c.ctx, 2, &spec(all_linear()), None).unwrap();
-    let norms0 = m.params.clone();
-    let frozen = m.frozen_ranges();
-    let mut opt = AdamW::new(
-        m.params.len(),
-        AdamWConfig {
-            weight_decay: 0.0,
-            ..Default::default()
-        },
-    );
-    let decay = m.decay_ranges();
     let (x, y) = (tokens(2 * 8, c.vocab, 5), tokens(2 * 8, c.vocab, 6));
-    let mut losses = Vec::new();
-    for _ in 0..30 {
-        m.zero_grad();
-        losses.push(m.forward_backward(&x, &y, 2, 8));
-        for r in &frozen {
-            m.grads[r.clone()].fill(0.0);
-        }
-        opt.step(&mut m.params, &m.grads, 1e-2, &decay);
-    }
+    let losses = train_adapters(&mut m, &x, &y, (2, 8), 30);
     assert!(
         losses[29] < 0.7 * losses[0],
         "loss {} -> {}",
         losses[0],
         losses[29]
     );
+}
+
+/// `steps` AdamW steps (lr 1e-2, no decay) of a LoRA run's adapters on one batch, as the
+/// fine-tuning loop takes them (frozen gradients zeroed); returns the losses and asserts
+/// that no frozen tensor moved.
+pub(super) fn train_adapters(
+    m: &mut TrainModel,
+    x: &[u32],
+    y: &[u32],
+    (b, t): (usize, usize),
+    steps: usize,
+) -> Vec<f32> {
+    let (p0, frozen, decay) = (m.params.clone(), m.frozen_ranges(), m.decay_ranges());
+    let cfg = AdamWConfig {
+        weight_decay: 0.0,
+        ..Default::default()
+    };
+    let mut opt = AdamW::new(m.params.len(), cfg);
+    let mut losses = Vec::new();
+    for _ in 0..steps {
+        m.zero_grad();
+        losses.push(m.forward_backward(x, y, b, t));
+        for r in &frozen {
+            m.grads[r.clone()].fill(0.0);
+        }
+        opt.step(&mut m.params, &m.grads, 1e-2, &decay);
+    }
     for r in &frozen {
         assert_eq!(
             m.params[r.clone()],
-            norms0[r.clone()],
+            p0[r.clone()],
             "frozen tensors do not move"
         );
     }
+    losses
 }
 
 #[test]
