@@ -100,6 +100,87 @@ impl StopFilter<'_> {
     }
 }
 
+/// What a generation has emitted: its tokens, and its text as far as it may be shown.
+pub(crate) struct Emitter<'a> {
+    pub tokens: Vec<u32>,
+    tok: &'a Tokenizer,
+    dec: crate::tokenizer::StreamDecoder<'a>,
+    filter: StopFilter<'a>,
+    pub finish: FinishReason,
+}
+
+impl<'a> Emitter<'a> {
+    pub fn new(tok: &'a Tokenizer, stops: &'a [String]) -> Self {
+        Self {
+            tokens: Vec::new(),
+            tok,
+            dec: tok.stream_decoder(),
+            filter: StopFilter {
+                stops,
+                text: String::new(),
+                emitted: 0,
+            },
+            finish: FinishReason::Length,
+        }
+    }
+
+    /// Emit `id`; false when the generation ends here (an end-of-generation token, which is
+    /// not kept, or a stop string).
+    pub fn push(&mut self, id: u32, on_text: &mut impl FnMut(&str)) -> bool {
+        if self.tok.is_eog(id) {
+            self.finish = FinishReason::Stop;
+            return false;
+        }
+        self.tokens.push(id);
+        let (shown, stopped) = self.filter.push(&self.dec.push(id));
+        if !shown.is_empty() {
+            on_text(&shown);
+        }
+        if stopped {
+            self.finish = FinishReason::Stop;
+        }
+        !stopped
+    }
+
+    /// The generation, after what is held back is shown (unless a stop string ended it).
+    pub fn done(
+        mut self,
+        prompt_tokens: usize,
+        prefill_ms: f64,
+        decode_ms: f64,
+        on_text: &mut impl FnMut(&str),
+    ) -> Generation {
+        if self.finish == FinishReason::Length {
+            let (shown, _) = self.filter.push(&self.dec.finish());
+            let rest = shown + &self.filter.finish();
+            if !rest.is_empty() {
+                on_text(&rest);
+            }
+        }
+        Generation {
+            prompt_tokens,
+            tokens: self.tokens,
+            text: self.filter.text,
+            finish_reason: self.finish,
+            prefill_ms,
+            decode_ms,
+        }
+    }
+}
+
+/// Fails when `prompt` and one generated token do not fit after what `state` holds.
+pub(crate) fn check_prompt(state: &State, prompt: &[u32]) -> Result<(), ModelError> {
+    let ctx = state.cache.ctx;
+    if state.pos() + prompt.len() >= ctx {
+        return Err(ModelError::ContextOverflow {
+            pos: state.pos(),
+            n: prompt.len() + 1,
+            ctx,
+        });
+    }
+    Ok(())
+}
+
 /// Generate after `prompt` (token ids), fed after what `state` already holds; `on_text` receives each
 /// piece of visible text as soon as it is final.
 pub fn generate(
@@ -110,47 +191,24 @@ pub fn generate(
     opts: &GenerateOptions,
     mut on_text: impl FnMut(&str),
 ) -> Result<Generation, ModelError> {
+    check_prompt(state, prompt)?;
     let ctx = state.cache.ctx;
-    if state.pos() + prompt.len() >= ctx {
-        return Err(ModelError::ContextOverflow {
-            pos: state.pos(),
-            n: prompt.len() + 1,
-            ctx,
-        });
-    }
     let mut sampler = Sampler::new(opts.sampler.clone());
     prompt.iter().for_each(|&t| sampler.accept(t));
     let t0 = Instant::now();
     let mut logits = model.forward(state, prompt, Logits::Last)?.to_vec();
     let prefill_ms = t0.elapsed().as_secs_f64() * 1e3;
     let t1 = Instant::now();
-    let mut dec = tok.stream_decoder();
-    let mut filter = StopFilter {
-        stops: &opts.stop,
-        text: String::new(),
-        emitted: 0,
-    };
-    let mut tokens = Vec::new();
+    let mut out = Emitter::new(tok, &opts.stop);
     // decode steps drop to one thread while another process holds a core
     let mut pool = tinynn::pool::Adaptive::new();
-    let mut finish = FinishReason::Length;
-    while tokens.len() < opts.max_tokens {
+    while out.tokens.len() < opts.max_tokens {
         let id = sampler.sample(&logits);
-        if tok.is_eog(id) {
-            finish = FinishReason::Stop;
+        if !out.push(id, &mut on_text) {
             break;
         }
-        tokens.push(id);
         sampler.accept(id);
-        let (shown, stopped) = filter.push(&dec.push(id));
-        if !shown.is_empty() {
-            on_text(&shown);
-        }
-        if stopped {
-            finish = FinishReason::Stop;
-            break;
-        }
-        if tokens.len() >= opts.max_tokens || state.pos() >= ctx {
+        if out.tokens.len() >= opts.max_tokens || state.pos() >= ctx {
             break;
         }
         pool.run(|| {
@@ -159,21 +217,8 @@ pub fn generate(
                 .map(|l| logits.copy_from_slice(l))
         })?;
     }
-    if finish == FinishReason::Length {
-        let (shown, _) = filter.push(&dec.finish());
-        let rest = shown + &filter.finish();
-        if !rest.is_empty() {
-            on_text(&rest);
-        }
-    }
-    Ok(Generation {
-        prompt_tokens: prompt.len(),
-        tokens,
-        text: filter.text,
-        finish_reason: finish,
-        prefill_ms,
-        decode_ms: t1.elapsed().as_secs_f64() * 1e3,
-    })
+    let decode_ms = t1.elapsed().as_secs_f64() * 1e3;
+    Ok(out.done(prompt.len(), prefill_ms, decode_ms, &mut on_text))
 }
 
 #[cfg(test)]
