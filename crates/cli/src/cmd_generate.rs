@@ -1,9 +1,11 @@
 //! `toy generate`: text after a prompt, streamed to stdout, or one JSON object.
 
-use crate::common::{load_with_lora, LoraArgs, ModelArgs, SamplingArgs};
-use anyhow::Result;
+use crate::common::{load_with_lora, open_gguf, LoraArgs, ModelArgs, SamplingArgs};
+use anyhow::{Context, Result};
 use std::io::Write;
 use toy::infer::generate::{generate, GenerateOptions};
+use toy::infer::speculative::{check_draft_vocab, generate_speculative, Drafter};
+use toy::model::Model;
 
 #[derive(clap::Args)]
 pub struct Args {
@@ -25,6 +27,15 @@ pub struct Args {
     stop: Vec<String>,
     #[command(flatten)]
     sampling: SamplingArgs,
+    /// Speculative decoding with this draft model (the target's vocabulary; greedy, --temp 0).
+    #[arg(long, conflicts_with = "spec")]
+    draft: Option<std::path::PathBuf>,
+    /// Speculative decoding without a draft model: `ngram` (prompt lookup).
+    #[arg(long, value_parser = ["ngram"])]
+    spec: Option<String>,
+    /// Most tokens drafted per round.
+    #[arg(long, default_value_t = 8)]
+    draft_max: usize,
     /// Print one JSON object instead of streaming text.
     #[arg(long)]
     json: bool,
@@ -45,12 +56,39 @@ pub fn run(a: Args) -> Result<()> {
         write!(out, "{}", a.prompt)?;
         out.flush()?;
     }
-    let g = generate(&model, &mut state, &tok, &ids, &opts, |s| {
+    let show = |s: &str| {
         if !a.json {
             let _ = write!(out, "{s}");
             let _ = out.flush();
         }
-    })?;
+    };
+    let draft_model = match &a.draft {
+        Some(p) => {
+            let f = open_gguf(p)?;
+            check_draft_vocab(&*a.model.gguf()?, &f)
+                .with_context(|| format!("draft '{}'", p.display()))?;
+            Some(Model::from_gguf(f).with_context(|| format!("loading draft '{}'", p.display()))?)
+        }
+        None => None,
+    };
+    let mut drafter = match (&draft_model, &a.spec) {
+        (Some(m), _) => Some(Drafter::Model {
+            model: m,
+            state: Box::new(m.new_state(a.ctx, 512)),
+        }),
+        (None, Some(_)) => Some(Drafter::Ngram { n: 3 }),
+        (None, None) => None,
+    };
+    let (g, spec) = match drafter.as_mut() {
+        None => (generate(&model, &mut state, &tok, &ids, &opts, show)?, None),
+        Some(d) => {
+            let (g, st) =
+                generate_speculative(&model, &mut state, &tok, &ids, &opts, d, a.draft_max, show)?;
+            (g, Some(st))
+        }
+    };
+    drop(out);
+    let mut out = std::io::stdout().lock();
     if a.json {
         let v = serde_json::json!({
             "prompt_ids": ids,
@@ -62,6 +100,7 @@ pub fn run(a: Args) -> Result<()> {
             "prefill_tok_s": g.prefill_tok_s(),
             "decode_tok_s": g.decode_tok_s(),
             "seed": seed,
+            "spec": spec,
         });
         writeln!(out, "{v}")?;
     } else {
@@ -74,6 +113,15 @@ pub fn run(a: Args) -> Result<()> {
             g.decode_tok_s(),
             g.finish_reason
         );
+        if let Some(st) = spec {
+            eprintln!(
+                "[speculative: {} drafted, {} accepted ({:.0}%), {} target rounds]",
+                st.drafted,
+                st.accepted,
+                100.0 * st.accepted as f64 / st.drafted.max(1) as f64,
+                st.rounds
+            );
+        }
     }
     Ok(())
 }

@@ -586,3 +586,35 @@ fn tap_captures_every_point_inspect_names_and_bad_patterns_are_errors() {
     let err = toy_err(&["tap", "-m", &m, "-p", "hi", "--at", "blk.99.resid"]);
     assert!(err.contains("names no point"), "{err}");
 }
+
+#[test]
+fn speculative_greedy_decoding_is_the_target_alone_token_for_token() {
+    let m = model();
+    let p = "Repeat after me three times: the quick brown fox jumps over the lazy dog.";
+    let run = |extra: &[&str]| {
+        let mut args = vec![
+            "generate", "-m", &m, "-p", p, "-n", "48", "--temp", "0", "--json",
+        ];
+        args.extend_from_slice(extra);
+        toy_json(&args)
+    };
+    let plain = run(&[]);
+    let ngram = run(&["--spec", "ngram", "--draft-max", "4"]);
+    let itself = run(&["--draft", &m]);
+    assert_eq!(
+        ngram["ids"], plain["ids"],
+        "prompt lookup changed the output"
+    );
+    assert_eq!(itself["ids"], plain["ids"], "a draft changed the output");
+    let (drafted, accepted) = (&itself["spec"]["drafted"], &itself["spec"]["accepted"]);
+    assert!(
+        drafted.as_u64().unwrap() > 0 && drafted == accepted,
+        "{}",
+        itself["spec"]
+    );
+    assert!(ngram["spec"]["rounds"].as_u64().unwrap() > 0);
+    let err = toy_err(&[
+        "generate", "-m", &m, "-p", p, "--temp", "0.8", "--spec", "ngram",
+    ]);
+    assert!(err.contains("greedy"), "{err}");
+}

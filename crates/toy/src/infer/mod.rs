@@ -3,3 +3,4 @@
 pub mod generate;
 pub mod kv_cache;
 pub mod sampler;
+pub mod speculative;

@@ -46,6 +46,8 @@ pub enum ModelError {
     LoraTarget(String),
     #[error("lora adapters run unmerged on the llama family only, not on '{0}' (merge it with `toy merge` instead)")]
     LoraArch(String),
+    #[error("speculative decoding: {0}")]
+    Speculative(String),
     #[error("lora adapter {id} does not exist: {n} loaded")]
     NoSuchLora { id: usize, n: usize },
 }
