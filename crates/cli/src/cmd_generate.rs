@@ -4,6 +4,7 @@ use crate::common::{load_with_lora, open_gguf, LoraArgs, ModelArgs, SamplingArgs
 use anyhow::{Context, Result};
 use std::io::Write;
 use toy::infer::generate::{generate, GenerateOptions};
+use toy::infer::sampler::Sampler;
 use toy::infer::speculative::{check_draft_vocab, generate_speculative, Drafter};
 use toy::model::Model;
 
@@ -27,7 +28,7 @@ pub struct Args {
     stop: Vec<String>,
     #[command(flatten)]
     sampling: SamplingArgs,
-    /// Speculative decoding with this draft model (the target's vocabulary; greedy, --temp 0).
+    /// Speculative decoding with this draft model (the target's vocabulary).
     #[arg(long, conflicts_with = "spec")]
     draft: Option<std::path::PathBuf>,
     /// Speculative decoding without a draft model: `ngram` (prompt lookup).
@@ -72,10 +73,17 @@ pub fn run(a: Args) -> Result<()> {
         None => None,
     };
     let mut drafter = match (&draft_model, &a.spec) {
-        (Some(m), _) => Some(Drafter::Model {
-            model: m,
-            state: Box::new(m.new_state(a.ctx, 512)),
-        }),
+        (Some(m), _) => {
+            // the draft samples with the target's settings from a generator of its own
+            let mut cfg = opts.sampler.clone();
+            cfg.seed ^= 0x9E37_79B9_7F4A_7C15;
+            Some(Drafter::Model {
+                model: m,
+                state: Box::new(m.new_state(a.ctx, 512)),
+                fed: Vec::new(),
+                sampler: Box::new(Sampler::new(cfg)),
+            })
+        }
         (None, Some(_)) => Some(Drafter::Ngram { n: 3 }),
         (None, None) => None,
     };

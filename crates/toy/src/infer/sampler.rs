@@ -95,6 +95,12 @@ impl Sampler {
         self.history.push(id);
     }
 
+    /// Forget the tokens seen and take `tokens` as the history penalties look at.
+    pub fn set_history(&mut self, tokens: &[u32]) {
+        self.history.clear();
+        self.history.extend_from_slice(tokens);
+    }
+
     /// Apply bias and penalties to `logits` in place.
     pub fn adjust(&self, logits: &mut [f32]) {
         for &(id, b) in &self.cfg.logit_bias {
@@ -143,9 +149,45 @@ impl Sampler {
     /// `sample` on logits the caller no longer needs: bias and penalties are applied to
     /// them in place, so the server's per-token draw allocates no vocabulary-sized vector.
     pub fn sample_in_place(&mut self, l: &mut [f32]) -> u32 {
+        if let Some(id) = self.candidates(l) {
+            return id;
+        }
+        let r: f64 = self.rng.random();
+        let mut cum = 0.0;
+        for (p, x) in self.probs.iter().zip(&self.cand) {
+            cum += p;
+            if r < cum {
+                return x.0;
+            }
+        }
+        self.cand[self.cand.len() - 1].0
+    }
+
+    /// The distribution `sample` draws from, as (token, probability) pairs, largest first:
+    /// one token with probability 1 when greedy. For speculative decoding's acceptance test.
+    pub fn distribution(&mut self, logits: &[f32]) -> Vec<(u32, f64)> {
+        match self.candidates(&mut logits.to_vec()) {
+            Some(id) => vec![(id, 1.0)],
+            None => self
+                .cand
+                .iter()
+                .map(|c| c.0)
+                .zip(self.probs.iter().copied())
+                .collect(),
+        }
+    }
+
+    /// A uniform draw in [0, 1) from this sampler's generator.
+    pub fn uniform(&mut self) -> f64 {
+        self.rng.random()
+    }
+
+    /// Adjusts `l` and filters it to the candidates and their probabilities (`cand`,
+    /// `probs`); returns the token itself where no draw is needed (greedy, nothing finite).
+    fn candidates(&mut self, l: &mut [f32]) -> Option<u32> {
         self.adjust(l);
         if self.cfg.temperature <= 0.0 {
-            return argmax(l);
+            return Some(argmax(l));
         }
         self.cand.clear();
         self.cand.extend(
@@ -155,7 +197,7 @@ impl Sampler {
                 .map(|(i, v)| (i as u32, *v)),
         );
         if self.cand.is_empty() {
-            return argmax(l);
+            return Some(argmax(l));
         }
         let c = &self.cfg;
         let k = if c.top_k == 0 {
@@ -185,15 +227,7 @@ impl Sampler {
             self.cand.truncate(keep);
         }
         softmax_of(&self.cand, c.temperature, &mut self.probs);
-        let r: f64 = self.rng.random();
-        let mut cum = 0.0;
-        for (p, x) in self.probs.iter().zip(&self.cand) {
-            cum += p;
-            if r < cum {
-                return x.0;
-            }
-        }
-        self.cand[self.cand.len() - 1].0
+        None
     }
 }
 

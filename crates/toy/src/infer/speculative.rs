@@ -1,10 +1,13 @@
-//! Greedy speculative decoding (Leviathan, Kalman, Matias 2023; prompt lookup, Saxena 2023):
-//! a cheap drafter proposes up to `draft_max` tokens, the target checks them all in one
-//! batched forward, keeps the longest prefix it would have chosen itself plus its own next
-//! token, and its KV cache forgets the rest. Under greedy decoding the output is the target's
-//! alone, token for token. The drafters: `Ngram` (the tokens that followed the latest earlier
-//! occurrence of the context's last n tokens, no model) and `Model` (a small model with the
-//! target's vocabulary, greedy). Sampling with the rejection rule is not built here.
+//! Speculative decoding (Leviathan, Kalman, Matias 2023; prompt lookup, Saxena 2023): a cheap
+//! drafter proposes up to `draft_max` tokens, the target scores them all in one batched
+//! forward, and its KV cache forgets what it does not keep. Each drafted token x is kept with
+//! probability min(1, p(x) / q(x)) (p: the target's sampling distribution there, q: the
+//! draft's, a point mass for prompt lookup); at the first refusal the next token is drawn
+//! from norm(max(0, p - q)), and when all are kept the target adds one of its own. So the
+//! output follows the target's distribution; under greedy decoding it is the target's
+//! output token for token. The drafters: `Ngram` (the tokens that followed the latest
+//! earlier occurrence of the context's last n tokens) and `Model` (a small model with the
+//! target's vocabulary, sampling with the target's settings).
 
 use super::generate::{check_prompt, Emitter, GenerateOptions, Generation};
 use super::sampler::Sampler;
@@ -16,13 +19,64 @@ use std::time::Instant;
 pub enum Drafter<'a> {
     /// Prompt lookup on the last `n` (down to 1) tokens.
     Ngram { n: usize },
-    /// A draft model and its state (holding what the target holds, or less).
-    Model { model: &'a Model, state: Box<State> },
+    /// A draft model, its state, the tokens that state holds, and its sampler.
+    Model {
+        model: &'a Model,
+        state: Box<State>,
+        fed: Vec<u32>,
+        sampler: Box<Sampler>,
+    },
+}
+
+/// A token's probability in a distribution of (token, probability) pairs.
+fn prob(d: &[(u32, f64)], x: u32) -> f64 {
+    d.iter().find(|e| e.0 == x).map_or(0.0, |e| e.1)
+}
+
+/// The token at cumulative probability `u` of `d` (weights need not sum to 1).
+fn draw(d: &[(u32, f64)], u: f64) -> u32 {
+    let total: f64 = d.iter().map(|e| e.1).sum();
+    let mut cum = 0.0;
+    for e in d {
+        cum += e.1;
+        if u * total < cum {
+            return e.0;
+        }
+    }
+    d.last().map_or(0, |e| e.0)
+}
+
+/// Leviathan et al.'s test of drafted token `x`: kept (`Ok`) when `u1 < p(x) / q(x)`, else
+/// the token drawn with `u2` from norm(max(0, p - q)) (`q` None: a point mass on x).
+pub fn accept_or_resample(
+    p: &[(u32, f64)],
+    q: Option<&[(u32, f64)]>,
+    x: u32,
+    u1: f64,
+    u2: f64,
+) -> Result<(), u32> {
+    let qx = q.map_or(1.0, |q| prob(q, x));
+    if qx > 0.0 && u1 < (prob(p, x) / qx).min(1.0) {
+        return Ok(());
+    }
+    let qof = |t: u32| q.map_or(if t == x { 1.0 } else { 0.0 }, |q| prob(q, t));
+    let residual: Vec<(u32, f64)> = p
+        .iter()
+        .map(|&(t, pt)| (t, (pt - qof(t)).max(0.0)))
+        .filter(|e| e.1 > 0.0)
+        .collect();
+    // p <= q everywhere only when p = q, where nothing is refused but for rounding
+    Err(if residual.is_empty() {
+        draw(p, u2)
+    } else {
+        draw(&residual, u2)
+    })
 }
 
 #[derive(Clone, Copy, Debug, Default, serde::Serialize)]
 pub struct SpecStats {
-    /// Tokens the drafter proposed, and how many the target kept.
+    /// Drafted tokens the target checked (not those after the generation ended), and how
+    /// many it kept.
     pub drafted: usize,
     pub accepted: usize,
     /// Batched target forwards (each yields accepted + 1 tokens).
@@ -43,27 +97,47 @@ pub fn ngram_draft(hist: &[u32], n: usize, k: usize) -> Vec<u32> {
 }
 
 impl Drafter<'_> {
-    /// Up to `k` tokens to follow `hist` (the prompt and what was generated).
-    fn propose(&mut self, hist: &[u32], k: usize) -> Result<Vec<u32>, ModelError> {
+    /// Up to `k` tokens to follow `hist` (the prompt and what was generated), with the
+    /// distributions they were drawn from (None: chosen, not drawn).
+    #[allow(clippy::type_complexity)]
+    fn propose(
+        &mut self,
+        hist: &[u32],
+        k: usize,
+    ) -> Result<(Vec<u32>, Option<Vec<Vec<(u32, f64)>>>), ModelError> {
         match self {
-            Drafter::Ngram { n } => Ok(ngram_draft(hist, *n, k)),
-            Drafter::Model { model, state } => {
-                // catch up on what the target kept, then draft greedily
-                let have = state.pos().min(hist.len() - 1);
-                state.cache.truncate(have);
-                let have = state.pos();
-                let room = state.cache.ctx.saturating_sub(hist.len());
-                let mut logits = model.forward(state, &hist[have..], Logits::Last)?.to_vec();
-                let mut out = Vec::new();
-                while out.len() < k.min(room) {
-                    let id = argmax(&logits);
+            Drafter::Ngram { n } => Ok((ngram_draft(hist, *n, k), None)),
+            Drafter::Model {
+                model,
+                state,
+                fed,
+                sampler,
+            } => {
+                // keep what the draft holds of `hist` (not the drafted tokens the target
+                // refused), feed it the rest, then draft
+                let same = fed.iter().zip(hist).take_while(|(a, b)| a == b).count();
+                state.cache.truncate(same.min(hist.len() - 1));
+                fed.truncate(state.pos());
+                let k = k.min(state.cache.ctx.saturating_sub(hist.len()));
+                let new = &hist[fed.len()..];
+                let mut logits = model.forward(state, new, Logits::Last)?.to_vec();
+                fed.extend_from_slice(new);
+                // penalties see what the target's sampler sees, then the drafted tokens
+                sampler.set_history(hist);
+                let (mut out, mut dists) = (Vec::new(), Vec::new());
+                while out.len() < k {
+                    let d = sampler.distribution(&logits);
+                    let id = draw(&d, sampler.uniform());
+                    sampler.accept(id);
                     out.push(id);
-                    if out.len() == k.min(room) {
+                    dists.push(d);
+                    if out.len() == k {
                         break;
                     }
                     logits.copy_from_slice(model.forward(state, &[id], Logits::Last)?);
+                    fed.push(id);
                 }
-                Ok(out)
+                Ok((out, Some(dists)))
             }
         }
     }
@@ -87,18 +161,8 @@ pub fn check_draft_vocab(target: &GgufFile, draft: &GgufFile) -> Result<(), Mode
     Ok(())
 }
 
-fn argmax(x: &[f32]) -> u32 {
-    let mut best = 0;
-    for (i, v) in x.iter().enumerate() {
-        if *v > x[best] {
-            best = i;
-        }
-    }
-    best as u32
-}
-
-/// [`super::generate::generate`] with a drafter: the same tokens under greedy sampling
-/// (`opts.sampler` must be greedy), fewer target forwards.
+/// [`super::generate::generate`] with a drafter: the same distribution of outputs (the same
+/// tokens when greedy), fewer target forwards.
 #[allow(clippy::too_many_arguments)]
 pub fn generate_speculative(
     model: &Model,
@@ -110,11 +174,6 @@ pub fn generate_speculative(
     draft_max: usize,
     mut on_text: impl FnMut(&str),
 ) -> Result<(Generation, SpecStats), ModelError> {
-    if opts.sampler.temperature > 0.0 {
-        return Err(ModelError::Speculative(
-            "greedy only: use --temp 0 (sampling's rejection rule is not built yet)".into(),
-        ));
-    }
     if model.cfg.gdn.is_some() {
         return Err(ModelError::Speculative(
             "the target's cache must go back to any position: not a hybrid yet".into(),
@@ -127,7 +186,8 @@ pub fn generate_speculative(
     prompt.iter().for_each(|&t| sampler.accept(t));
     let mut hist: Vec<u32> = prompt.to_vec();
     let t0 = Instant::now();
-    let mut next = sampler.sample(model.forward(state, prompt, Logits::Last)?);
+    let first = sampler.distribution(model.forward(state, prompt, Logits::Last)?);
+    let mut next = draw(&first, sampler.uniform());
     let prefill_ms = t0.elapsed().as_secs_f64() * 1e3;
     let t1 = Instant::now();
     let mut out = Emitter::new(tok, &opts.stop);
@@ -144,31 +204,35 @@ pub fn generate_speculative(
         }
         // the target runs `next` and the draft: k <= what may still be emitted after next
         let room = ctx - state.pos() - 1;
-        let mut draft = drafter.propose(&hist, draft_max.min(left - 1).min(room))?;
+        let (mut draft, q) = drafter.propose(&hist, draft_max.min(left - 1).min(room))?;
         draft.truncate(draft_max.min(left - 1).min(room));
         let pos0 = state.pos();
         let mut feed = vec![next];
         feed.extend(&draft);
         let rows = model.forward(state, &feed, Logits::All)?.to_vec();
         stats.rounds += 1;
-        stats.drafted += draft.len();
         let mut kept = 0;
         next = loop {
-            let pred = sampler.sample(&rows[kept * v..(kept + 1) * v]);
-            if kept < draft.len() && draft[kept] == pred {
-                stats.accepted += 1;
-                kept += 1;
-                if !out.push(pred, &mut on_text) {
-                    break 'gen;
-                }
-                sampler.accept(pred);
-                hist.push(pred);
-                if out.tokens.len() >= opts.max_tokens {
-                    break 'gen;
-                }
-                continue;
+            let p = sampler.distribution(&rows[kept * v..(kept + 1) * v]);
+            if kept == draft.len() {
+                break draw(&p, sampler.uniform());
             }
-            break pred;
+            stats.drafted += 1;
+            let (x, qi) = (draft[kept], q.as_ref().map(|q| &q[kept][..]));
+            let (u1, u2) = (sampler.uniform(), sampler.uniform());
+            if let Err(t) = accept_or_resample(&p, qi, x, u1, u2) {
+                break t;
+            }
+            stats.accepted += 1;
+            kept += 1;
+            if !out.push(x, &mut on_text) {
+                break 'gen;
+            }
+            sampler.accept(x);
+            hist.push(x);
+            if out.tokens.len() >= opts.max_tokens {
+                break 'gen;
+            }
         };
         // keep next and the accepted draft; forget the rest
         state.cache.truncate(pos0 + 1 + kept);
@@ -198,6 +262,44 @@ mod tests {
         let mut out = Vec::new();
         w.write_to(&mut out).unwrap();
         GgufFile::from_bytes(out).unwrap()
+    }
+
+    /// The first token of a round, over many rounds: the draft's token when kept, else the
+    /// resampled one. It must follow p whatever q is (Leviathan et al., Theorem 1).
+    #[test]
+    fn kept_or_resampled_tokens_follow_the_targets_distribution() {
+        use super::{accept_or_resample, draw};
+        use rand::{Rng, SeedableRng};
+        let p = [(0u32, 0.5), (1, 0.3), (2, 0.15), (3, 0.05)];
+        let q = [(0u32, 0.1), (1, 0.2), (2, 0.3), (3, 0.4)];
+        let mut rng = rand::rngs::StdRng::seed_from_u64(1);
+        let n = 200_000;
+        for point_mass in [false, true] {
+            let mut counts = [0usize; 4];
+            for _ in 0..n {
+                // a model drafter draws x from q; prompt lookup always proposes token 2
+                let x = if point_mass {
+                    2
+                } else {
+                    draw(&q, rng.random())
+                };
+                let qd = (!point_mass).then_some(&q[..]);
+                let t = match accept_or_resample(&p, qd, x, rng.random(), rng.random()) {
+                    Ok(()) => x,
+                    Err(t) => t,
+                };
+                counts[t as usize] += 1;
+            }
+            for (i, &(_, pi)) in p.iter().enumerate() {
+                let f = counts[i] as f64 / n as f64;
+                // 5 standard errors of a share of 200k draws
+                let tol = 5.0 * (pi * (1.0 - pi) / n as f64).sqrt();
+                assert!(
+                    (f - pi).abs() < tol,
+                    "point mass {point_mass}: token {i} {f} vs {pi}"
+                );
+            }
+        }
     }
 
     #[test]
