@@ -81,6 +81,11 @@ fn log_pair(
     log_to_run(run, name, &models, file, loss, serde_json::to_value(r)?)
 }
 
+/// The context of an error over `n` tokens of `file` in chunks of `ctx`.
+fn at_ctx(file: &Path, n: usize, ctx: usize) -> String {
+    format!("'{}': {n} tokens at ctx {ctx}", file.display())
+}
+
 fn bar(len: usize, what: &str) -> ProgressBar {
     let b = ProgressBar::new(len as u64);
     let t = format!("{{bar:30}} {what} {{pos}}/{{len}} {{msg}} eta {{eta}}");
@@ -118,14 +123,7 @@ pub fn run_lmc(a: LmcArgs) -> Result<()> {
             pb.set_message(format!("loss({alpha:.2}) = {loss:.4}"));
         },
     )
-    .with_context(|| {
-        format!(
-            "'{}': {} tokens at ctx {}",
-            a.file.display(),
-            ids.len(),
-            a.ctx
-        )
-    })?;
+    .with_context(|| at_ctx(&a.file, ids.len(), a.ctx))?;
     pb.finish_and_clear();
     if let Some(p) = &a.plot {
         plot_lmc(&r, "loss between checkpoints", p)?;
@@ -211,14 +209,7 @@ pub fn run_drift(a: DriftArgs) -> Result<()> {
     let r = drift(&ma, &mb, &ids, a.ctx, a.top, |done, _| {
         pb.set_position(done as u64)
     })
-    .with_context(|| {
-        format!(
-            "'{}': {} tokens at ctx {}",
-            a.file.display(),
-            ids.len(),
-            a.ctx
-        )
-    })?;
+    .with_context(|| at_ctx(&a.file, ids.len(), a.ctx))?;
     pb.finish_and_clear();
     log_pair(&a.run, "drift", (&a.a, &a.b), &a.file, r.mean_kl, &r)?;
     if a.json {

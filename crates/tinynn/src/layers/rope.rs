@@ -77,14 +77,13 @@ impl Rope {
         );
         let half = self.head_dim / 2;
         let sign = if inverse { -1.0 } else { 1.0 };
-        assert!(pos.is_none_or(|p| p.len() >= n), "pos must give every row");
+        let ctx = self.ctx();
+        assert!(
+            pos.is_none_or(|p| p.len() >= n && p[..n].iter().all(|&q| (q as usize) < ctx)),
+            "pos must give every row a position inside the rope tables ({ctx})"
+        );
         for (i, row) in x[..n * stride].chunks_exact_mut(stride).enumerate() {
             let p = pos.map_or(i % t, |p| p[i] as usize);
-            assert!(
-                p < self.ctx(),
-                "position {p}, rope tables for {}",
-                self.ctx()
-            );
             let (cos, sin) = (
                 &self.cos[p * half..(p + 1) * half],
                 &self.sin[p * half..(p + 1) * half],

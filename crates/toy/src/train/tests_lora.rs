@@ -123,7 +123,6 @@ fn lora_starts_at_the_base_and_its_gradients_match_finite_differences() {
             }
         }
     }
-    let p0 = lora.params.clone();
     lora.zero_grad();
     lora.forward_backward(&x, &y, b, t);
     let g = lora.grads.clone();
@@ -136,26 +135,10 @@ fn lora_starts_at_the_base_and_its_gradients_match_finite_differences() {
             "{} gets no gradient",
             info.name
         );
-        if !info.name.contains(".lora_") {
-            continue;
-        }
-        for _ in 0..3 {
-            let i = rng.random_range(info.range.clone());
-            let eps = 1e-2;
-            lora.params[i] = p0[i] + eps;
-            let hi = lora.forward_loss(&x, &y, b, t) as f64;
-            lora.params[i] = p0[i] - eps;
-            let lo = lora.forward_loss(&x, &y, b, t) as f64;
-            lora.params[i] = p0[i];
-            let num = (hi - lo) / (2.0 * eps as f64);
-            assert!(
-                (num - g[i] as f64).abs() <= 0.03 * gmax as f64 + 2e-4,
-                "{}[{i}]: analytic {} vs numeric {num}",
-                info.name,
-                g[i]
-            );
-        }
     }
+    check_adapter_gradients(&mut lora, &g, 3, &mut rng, |m| {
+        m.forward_loss(&x, &y, b, t) as f64
+    });
     // only adapters are trainable: everything else is in frozen_ranges
     let frozen: usize = lora.frozen_ranges().iter().map(|r| r.len()).sum();
     let adapters: usize = lora
@@ -283,18 +266,38 @@ fn lora_dropout_masks_the_adapters_inputs_and_its_gradients_match_finite_differe
     assert_ne!(masked(&mut m), l0, "another key, another mask");
     m.set_dropout(Some(Dropout::new(0.3, 11)));
     masked(&mut m);
-    let (g, p0) = (m.grads.clone(), m.params.clone());
+    let g = m.grads.clone();
+    check_adapter_gradients(&mut m, &g, 2, &mut rng, masked);
+}
+
+/// Central differences (eps 1e-2) of `loss` on `samples` random elements of each LoRA
+/// adapter of `m` against the gradient `g` taken at its current parameters, within 3% of
+/// the tensor's largest gradient.
+pub(super) fn check_adapter_gradients(
+    m: &mut TrainModel,
+    g: &[f32],
+    samples: usize,
+    rng: &mut StdRng,
+    mut loss: impl FnMut(&mut TrainModel) -> f64,
+) {
+    let p0 = m.params.clone();
+    let adapters: Vec<_> = m
+        .params_info()
+        .iter()
+        .filter(|i| i.name.contains(".lora_"))
+        .cloned()
+        .collect();
     for info in &adapters {
         let gmax = g[info.range.clone()]
             .iter()
             .fold(0f32, |a, v| a.max(v.abs()));
-        for _ in 0..2 {
+        for _ in 0..samples {
             let i = rng.random_range(info.range.clone());
             let eps = 1e-2;
             m.params[i] = p0[i] + eps;
-            let hi = masked(&mut m);
+            let hi = loss(m);
             m.params[i] = p0[i] - eps;
-            let lo = masked(&mut m);
+            let lo = loss(m);
             m.params[i] = p0[i];
             let num = (hi - lo) / (2.0 * eps as f64);
             assert!(
