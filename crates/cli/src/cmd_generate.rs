@@ -3,7 +3,8 @@
 use crate::common::{load_with_lora, open_gguf, LoraArgs, ModelArgs, SamplingArgs};
 use anyhow::{Context, Result};
 use std::io::Write;
-use toy::infer::generate::{generate, GenerateOptions};
+use toy::infer::constrain::{Constraint, Grammars};
+use toy::infer::generate::{generate_guided, GenerateOptions};
 use toy::infer::sampler::Sampler;
 use toy::infer::speculative::{check_draft_vocab, generate_speculative, Drafter};
 use toy::model::Model;
@@ -37,13 +38,43 @@ pub struct Args {
     /// Most tokens drafted per round.
     #[arg(long, default_value_t = 8)]
     draft_max: usize,
+    /// Constrain the output to the JSON schema in this file (`{"type":"object"}`: any object).
+    #[arg(long, group = "constraint")]
+    json_schema: Option<std::path::PathBuf>,
+    /// Constrain the output to the grammar in this file (llguidance's Lark syntax).
+    #[arg(long, group = "constraint")]
+    grammar: Option<std::path::PathBuf>,
+    /// Constrain the output to match this regular expression.
+    #[arg(long, group = "constraint")]
+    regex: Option<String>,
     /// Print one JSON object instead of streaming text.
     #[arg(long)]
     json: bool,
 }
 
+/// The constraint the flags ask for, read and parsed.
+fn constraint(a: &Args) -> Result<Option<Constraint>> {
+    let read = |p: &std::path::Path| {
+        std::fs::read_to_string(p).with_context(|| format!("reading '{}'", p.display()))
+    };
+    Ok(if let Some(p) = &a.json_schema {
+        let schema = serde_json::from_str(&read(p)?)
+            .with_context(|| format!("'{}' is not JSON (expected a JSON schema)", p.display()))?;
+        Some(Constraint::JsonSchema(schema))
+    } else if let Some(p) = &a.grammar {
+        Some(Constraint::Lark(read(p)?))
+    } else {
+        a.regex.clone().map(Constraint::Regex)
+    })
+}
+
 pub fn run(a: Args) -> Result<()> {
+    let constraint = constraint(&a)?;
     let (model, tok) = load_with_lora(&a.model, &a.lora)?;
+    let mut guide = match &constraint {
+        Some(c) => Some(Grammars::new(&tok, model.cfg.vocab)?.compile(c)?),
+        None => None,
+    };
     let ids = tok.encode(&a.prompt, true)?;
     let mut state = model.new_state(a.ctx, 512);
     let opts = GenerateOptions {
@@ -88,10 +119,22 @@ pub fn run(a: Args) -> Result<()> {
         (None, None) => None,
     };
     let (g, spec) = match drafter.as_mut() {
-        None => (generate(&model, &mut state, &tok, &ids, &opts, show)?, None),
+        None => {
+            let g = generate_guided(&model, &mut state, &tok, &ids, &opts, guide.as_mut(), show)?;
+            (g, None)
+        }
         Some(d) => {
-            let (g, st) =
-                generate_speculative(&model, &mut state, &tok, &ids, &opts, d, a.draft_max, show)?;
+            let (g, st) = generate_speculative(
+                &model,
+                &mut state,
+                &tok,
+                &ids,
+                &opts,
+                d,
+                a.draft_max,
+                guide.as_mut(),
+                show,
+            )?;
             (g, Some(st))
         }
     };

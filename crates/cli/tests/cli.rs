@@ -636,3 +636,50 @@ fn speculative_decoding_is_the_target_alone_when_greedy_and_keeps_a_perfect_draf
         s1["spec"]
     );
 }
+
+#[test]
+fn generate_follows_a_json_schema_or_regex_and_speculation_keeps_the_constrained_output() {
+    let m = model();
+    let dir = TempDir::new("constrained");
+    let schema = dir.write(
+        "schema.json",
+        r#"{"type":"object","properties":{"city":{"type":"string","maxLength":30},
+            "population":{"type":"integer","minimum":0}},"required":["city","population"]}"#,
+    );
+    let s = &arg(&schema);
+    let p = "The largest city in Japan, as JSON: ";
+    let run = |extra: &[&str]| {
+        let mut args = vec![
+            "generate", "-m", &m, "-p", p, "-n", "60", "--temp", "0", "--json",
+        ];
+        args.extend_from_slice(extra);
+        toy_json(&args)
+    };
+    let plain = run(&["--json-schema", s]);
+    let v: serde_json::Value = serde_json::from_str(plain["text"].as_str().unwrap())
+        .unwrap_or_else(|e| panic!("not JSON ({e}): {}", plain["text"]));
+    assert!(
+        v["city"].is_string() && v["population"].as_i64().unwrap() >= 0,
+        "{v}"
+    );
+    assert_eq!(plain["finish_reason"], "stop");
+    for spec in [&["--spec", "ngram"][..], &["--draft", &m][..]] {
+        let mut extra = vec!["--json-schema", s];
+        extra.extend_from_slice(spec);
+        assert_eq!(
+            run(&extra)["ids"],
+            plain["ids"],
+            "{spec:?} changed the output"
+        );
+    }
+    let r = run(&["--regex", "(yes|no), [0-9]{2}"]);
+    let t = r["text"].as_str().unwrap();
+    assert!(t.starts_with("yes, ") || t.starts_with("no, "), "{t}");
+    assert!(
+        t.len() <= 7 && t[t.len() - 2..].bytes().all(|b| b.is_ascii_digit()),
+        "{t}"
+    );
+    let grammar = arg(&dir.write("bad.lark", "start: undefined_rule\n"));
+    let err = toy_err(&["generate", "-m", &m, "-p", p, "--grammar", &grammar]);
+    assert!(err.contains("the grammar does not compile"), "{err}");
+}

@@ -2,6 +2,7 @@
 //! streaming text that is never broken UTF-8 and never shows a stop string. Ends on an
 //! end-of-generation token, a stop string, `max_tokens`, or a full context.
 
+use super::constrain::Guide;
 use super::sampler::{Sampler, SamplerConfig};
 use crate::model::{Logits, Model, ModelError, State};
 use crate::tokenizer::Tokenizer;
@@ -189,6 +190,20 @@ pub fn generate(
     tok: &Tokenizer,
     prompt: &[u32],
     opts: &GenerateOptions,
+    on_text: impl FnMut(&str),
+) -> Result<Generation, ModelError> {
+    generate_guided(model, state, tok, prompt, opts, None, on_text)
+}
+
+/// `generate` with each token drawn only from those `guide` allows (constrained decoding);
+/// a generation cut by `max_tokens` before the constraint is met ends with `Length`.
+pub fn generate_guided(
+    model: &Model,
+    state: &mut State,
+    tok: &Tokenizer,
+    prompt: &[u32],
+    opts: &GenerateOptions,
+    mut guide: Option<&mut Guide>,
     mut on_text: impl FnMut(&str),
 ) -> Result<Generation, ModelError> {
     check_prompt(state, prompt)?;
@@ -196,26 +211,49 @@ pub fn generate(
     let mut sampler = Sampler::new(opts.sampler.clone());
     prompt.iter().for_each(|&t| sampler.accept(t));
     let t0 = Instant::now();
-    let mut logits = model.forward(state, prompt, Logits::Last)?.to_vec();
+    // the mask for the logits a forward makes is computed while it runs (llguidance needs
+    // only the tokens so far), on the pool's other thread
+    let (logits, mask) = rayon::join(
+        || {
+            model
+                .forward(state, prompt, Logits::Last)
+                .map(<[f32]>::to_vec)
+        },
+        || guide.as_deref_mut().map(Guide::mask),
+    );
+    let (mut logits, mut mask) = (logits?, mask.transpose()?);
     let prefill_ms = t0.elapsed().as_secs_f64() * 1e3;
     let t1 = Instant::now();
     let mut out = Emitter::new(tok, &opts.stop);
     // decode steps drop to one thread while another process holds a core
     let mut pool = tinynn::pool::Adaptive::new();
     while out.tokens.len() < opts.max_tokens {
+        if let Some(m) = &mask {
+            Guide::apply(m, &mut logits);
+        }
         let id = sampler.sample(&logits);
         if !out.push(id, &mut on_text) {
             break;
+        }
+        if let Some(g) = guide.as_deref_mut() {
+            g.consume(id)?;
         }
         sampler.accept(id);
         if out.tokens.len() >= opts.max_tokens || state.pos() >= ctx {
             break;
         }
-        pool.run(|| {
-            model
-                .forward(state, &[id], Logits::Last)
-                .map(|l| logits.copy_from_slice(l))
-        })?;
+        let (step, m) = pool.run(|| {
+            rayon::join(
+                || {
+                    model
+                        .forward(state, &[id], Logits::Last)
+                        .map(|l| logits.copy_from_slice(l))
+                },
+                || guide.as_deref_mut().map(Guide::mask),
+            )
+        });
+        step?;
+        mask = m.transpose()?;
     }
     let decode_ms = t1.elapsed().as_secs_f64() * 1e3;
     Ok(out.done(prompt.len(), prefill_ms, decode_ms, &mut on_text))

@@ -1,5 +1,6 @@
 //! Inference: the KV cache, the sampler, and the generation loop.
 
+pub mod constrain;
 pub mod generate;
 pub mod kv_cache;
 pub mod sampler;

@@ -9,6 +9,7 @@
 //! earlier occurrence of the context's last n tokens) and `Model` (a small model with the
 //! target's vocabulary, sampling with the target's settings).
 
+use super::constrain::Guide;
 use super::generate::{check_prompt, Emitter, GenerateOptions, Generation};
 use super::sampler::Sampler;
 use crate::gguf::GgufFile;
@@ -162,7 +163,8 @@ pub fn check_draft_vocab(target: &GgufFile, draft: &GgufFile) -> Result<(), Mode
 }
 
 /// [`super::generate::generate`] with a drafter: the same distribution of outputs (the same
-/// tokens when greedy), fewer target forwards.
+/// tokens when greedy), fewer target forwards. With a `guide`, the target's distribution at
+/// each position is the constrained one, so drafted tokens the constraint forbids are refused.
 #[allow(clippy::too_many_arguments)]
 pub fn generate_speculative(
     model: &Model,
@@ -172,6 +174,7 @@ pub fn generate_speculative(
     opts: &GenerateOptions,
     drafter: &mut Drafter,
     draft_max: usize,
+    mut guide: Option<&mut Guide>,
     mut on_text: impl FnMut(&str),
 ) -> Result<(Generation, SpecStats), ModelError> {
     if model.cfg.gdn.is_some() {
@@ -186,7 +189,11 @@ pub fn generate_speculative(
     prompt.iter().for_each(|&t| sampler.accept(t));
     let mut hist: Vec<u32> = prompt.to_vec();
     let t0 = Instant::now();
-    let first = sampler.distribution(model.forward(state, prompt, Logits::Last)?);
+    let mut row = model.forward(state, prompt, Logits::Last)?.to_vec();
+    if let Some(g) = guide.as_deref_mut() {
+        g.constrain(&mut row)?;
+    }
+    let first = sampler.distribution(&row);
     let mut next = draw(&first, sampler.uniform());
     let prefill_ms = t0.elapsed().as_secs_f64() * 1e3;
     let t1 = Instant::now();
@@ -195,6 +202,9 @@ pub fn generate_speculative(
     'gen: loop {
         if !out.push(next, &mut on_text) {
             break;
+        }
+        if let Some(g) = guide.as_deref_mut() {
+            g.consume(next)?;
         }
         sampler.accept(next);
         hist.push(next);
@@ -213,7 +223,11 @@ pub fn generate_speculative(
         stats.rounds += 1;
         let mut kept = 0;
         next = loop {
-            let p = sampler.distribution(&rows[kept * v..(kept + 1) * v]);
+            row.copy_from_slice(&rows[kept * v..(kept + 1) * v]);
+            if let Some(g) = guide.as_deref_mut() {
+                g.constrain(&mut row)?;
+            }
+            let p = sampler.distribution(&row);
             if kept == draft.len() {
                 break draw(&p, sampler.uniform());
             }
@@ -227,6 +241,9 @@ pub fn generate_speculative(
             kept += 1;
             if !out.push(x, &mut on_text) {
                 break 'gen;
+            }
+            if let Some(g) = guide.as_deref_mut() {
+                g.consume(x)?;
             }
             sampler.accept(x);
             hist.push(x);

@@ -48,6 +48,8 @@ pub enum ModelError {
     LoraArch(String),
     #[error("speculative decoding: {0}")]
     Speculative(String),
+    #[error(transparent)]
+    Constraint(#[from] crate::infer::constrain::ConstrainError),
     #[error("lora adapter {id} does not exist: {n} loaded")]
     NoSuchLora { id: usize, n: usize },
 }

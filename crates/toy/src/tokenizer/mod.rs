@@ -79,10 +79,13 @@ pub struct TokenizerSpec {
     pub add_bos: bool,
 }
 
+#[derive(Clone)]
 pub struct Tokenizer {
     inner: tokenizers::Tokenizer,
     /// Raw bytes of every token, so decoding never goes back through the byte-level alphabet.
     bytes: Vec<Vec<u8>>,
+    /// Whether each token is CONTROL or USER_DEFINED (parsed as special, shown as its text).
+    special: Vec<bool>,
     eog: Vec<u32>,
     bos: Option<u32>,
     eos: Option<u32>,
@@ -177,9 +180,11 @@ impl Tokenizer {
             }
         }
 
+        let special = (0..n).map(is_special).collect();
         Ok(Self {
             inner,
             bytes,
+            special,
             eog,
             bos: spec.bos,
             eos: spec.eos,
@@ -240,6 +245,16 @@ impl Tokenizer {
     /// Whether generation should stop at `id` (eos, eot, "<|im_end|>", "<|endoftext|>", ...).
     pub fn is_eog(&self, id: u32) -> bool {
         self.eog.contains(&id)
+    }
+
+    /// The end-of-generation ids, eos first.
+    pub fn eog_ids(&self) -> &[u32] {
+        &self.eog
+    }
+
+    /// Whether `id` is a CONTROL or USER_DEFINED token (`<|im_end|>`, ...).
+    pub fn is_special(&self, id: u32) -> bool {
+        self.special.get(id as usize).copied().unwrap_or(false)
     }
 
     /// The id of a token given its vocabulary text (byte-level form, e.g. "Ġthe").

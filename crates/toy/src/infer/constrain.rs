@@ -1,0 +1,230 @@
+//! Constrained decoding on llguidance (github.com/guidance-ai/llguidance, the engine llama.cpp,
+//! vLLM and mistral.rs use): a token table built once per vocabulary, a matcher per sequence
+//! that says which tokens may come next under a JSON schema, a Lark grammar or a regex, and
+//! the mask applied to the logits before sampling.
+
+use crate::tokenizer::Tokenizer;
+use llguidance::api::TopLevelGrammar;
+use llguidance::toktrie::{SimpleVob, TokEnv, TokRxInfo, TokTrie, TokenizerEnv};
+use llguidance::{Matcher, ParserFactory};
+use std::sync::Arc;
+
+#[derive(Debug, thiserror::Error)]
+pub enum ConstrainError {
+    #[error("building the token table for constrained decoding: {0}")]
+    Table(String),
+    #[error("{what} does not compile: {msg}")]
+    Compile { what: &'static str, msg: String },
+    #[error("constrained decoding: {0}")]
+    Matcher(String),
+}
+
+/// What the output must match.
+#[derive(Clone, Debug)]
+pub enum Constraint {
+    /// A JSON Schema (draft 2020-12 as llguidance supports it); `{"type":"object"}` for any
+    /// JSON object.
+    JsonSchema(serde_json::Value),
+    /// A grammar in llguidance's Lark syntax (`start: ...`, `%json {...}` for embedded schemas).
+    Lark(String),
+    /// A regular expression the whole output matches.
+    Regex(String),
+}
+
+impl Constraint {
+    fn what(&self) -> &'static str {
+        match self {
+            Constraint::JsonSchema(_) => "the JSON schema",
+            Constraint::Lark(_) => "the grammar",
+            Constraint::Regex(_) => "the regex",
+        }
+    }
+
+    /// The grammar llguidance compiles. Schemas without their own `x-guidance` options get
+    /// compact JSON with `", "` and `": "` separators: flexible whitespace lets a small model
+    /// wander into newlines until `max_tokens`.
+    fn grammar(&self) -> TopLevelGrammar {
+        match self {
+            Constraint::JsonSchema(s) => {
+                let mut s = s.clone();
+                if let Some(o) = s.as_object_mut() {
+                    o.entry("x-guidance").or_insert_with(|| {
+                        serde_json::json!({
+                            "whitespace_flexible": false,
+                            "item_separator": ", ",
+                            "key_separator": ": ",
+                        })
+                    });
+                }
+                TopLevelGrammar::from_json_schema(s)
+            }
+            Constraint::Lark(g) => TopLevelGrammar::from_lark(g.clone()),
+            Constraint::Regex(r) => TopLevelGrammar::from_regex(r),
+        }
+    }
+}
+
+/// The vocabulary as llguidance sees it: each token's bytes, special tokens behind the 0xFF
+/// marker so grammars only emit them when they name them, and our own BPE for forced text.
+struct Env {
+    trie: TokTrie,
+    tok: Tokenizer,
+}
+
+impl TokenizerEnv for Env {
+    fn tok_trie(&self) -> &TokTrie {
+        &self.trie
+    }
+
+    fn tokenize_bytes(&self, s: &[u8]) -> Vec<u32> {
+        match std::str::from_utf8(s) {
+            Ok(text) => self
+                .tok
+                .encode(text, false)
+                .unwrap_or_else(|_| self.trie.greedy_tokenize(s)),
+            Err(_) => self.trie.greedy_tokenize(s),
+        }
+    }
+}
+
+/// Compiles constraints for one vocabulary (built once per model: the trie of a 150k-token
+/// vocabulary takes a while).
+pub struct Grammars {
+    factory: ParserFactory,
+}
+
+impl Grammars {
+    /// The table for `tok`, with logits of `n_vocab` entries (ids past the tokenizer's are
+    /// never allowed).
+    pub fn new(tok: &Tokenizer, n_vocab: usize) -> Result<Self, ConstrainError> {
+        let n = n_vocab.max(tok.vocab_size());
+        let words: Vec<Vec<u8>> = (0..n as u32)
+            .map(|id| {
+                let b = tok.token_bytes(id);
+                if tok.is_special(id) && !b.is_empty() {
+                    [&[TokTrie::SPECIAL_TOKEN_MARKER][..], &b].concat()
+                } else {
+                    b
+                }
+            })
+            .collect();
+        let eog = tok.eog_ids();
+        let eos = *eog.first().ok_or_else(|| {
+            ConstrainError::Table("the vocabulary has no end-of-generation token".into())
+        })?;
+        let info = TokRxInfo {
+            vocab_size: n as u32,
+            tok_eos: eos,
+            tok_bos: tok.bos_id(),
+            tok_pad: None,
+            tok_unk: None,
+            tok_end_of_turn: None,
+        };
+        let trie = TokTrie::from(&info, &words).with_eos_tokens(eog);
+        let env: TokEnv = Arc::new(Env {
+            trie,
+            tok: tok.clone(),
+        });
+        let mut factory =
+            ParserFactory::new_simple(&env).map_err(|e| ConstrainError::Table(e.to_string()))?;
+        factory.quiet();
+        Ok(Self { factory })
+    }
+
+    /// A matcher at the start of `c`'s output, or what keeps `c` from compiling.
+    pub fn compile(&self, c: &Constraint) -> Result<Guide, ConstrainError> {
+        let parser =
+            self.factory
+                .create_parser(c.grammar())
+                .map_err(|e| ConstrainError::Compile {
+                    what: c.what(),
+                    msg: first_line(&e.to_string()),
+                })?;
+        let matcher = Matcher::new(Ok(parser));
+        if let Some(msg) = matcher.get_error() {
+            return Err(ConstrainError::Compile {
+                what: c.what(),
+                msg: first_line(&msg),
+            });
+        }
+        Ok(Guide { matcher })
+    }
+}
+
+/// llguidance's messages quote the source under the line with a caret; the line is enough
+/// for a one-line error.
+fn first_line(msg: &str) -> String {
+    msg.lines().next().unwrap_or("").trim().to_string()
+}
+
+/// One sequence's place in its constraint.
+pub struct Guide {
+    matcher: Matcher,
+}
+
+impl Guide {
+    /// A copy at the same place, for another choice of the same request.
+    pub fn fork(&self) -> Guide {
+        Guide {
+            matcher: self.matcher.deep_clone(),
+        }
+    }
+
+    /// The tokens allowed next (end-of-generation ones once the output is complete).
+    pub fn mask(&mut self) -> Result<SimpleVob, ConstrainError> {
+        self.matcher
+            .compute_mask_or_eos()
+            .map_err(|e| ConstrainError::Matcher(e.to_string()))
+    }
+
+    /// Set every token `mask` does not allow to -inf in `logits` (V).
+    pub fn apply(mask: &SimpleVob, logits: &mut [f32]) {
+        // 32 tokens per word of the bit set; most words are all-allowed or all-forbidden
+        let n = mask.len().min(logits.len());
+        for (w, chunk) in mask.as_slice().iter().zip(logits[..n].chunks_mut(32)) {
+            match *w {
+                u32::MAX => {}
+                0 => chunk.fill(f32::NEG_INFINITY),
+                w => {
+                    for (b, l) in chunk.iter_mut().enumerate() {
+                        if w & (1 << b) == 0 {
+                            *l = f32::NEG_INFINITY;
+                        }
+                    }
+                }
+            }
+        }
+        logits[n..].fill(f32::NEG_INFINITY);
+    }
+
+    /// `mask` then `apply`.
+    pub fn constrain(&mut self, logits: &mut [f32]) -> Result<(), ConstrainError> {
+        let mask = self.mask()?;
+        Self::apply(&mask, logits);
+        Ok(())
+    }
+
+    /// Advance past a sampled token (not an end-of-generation one).
+    pub fn consume(&mut self, id: u32) -> Result<(), ConstrainError> {
+        self.matcher
+            .consume_token(id)
+            .map_err(|e| ConstrainError::Matcher(e.to_string()))
+    }
+
+    /// Undo the last `n` consumed tokens (speculative decoding's rejected drafts).
+    pub fn rollback(&mut self, n: usize) -> Result<(), ConstrainError> {
+        self.matcher
+            .rollback(n)
+            .map_err(|e| ConstrainError::Matcher(e.to_string()))
+    }
+
+    /// Whether the output so far is a complete match.
+    pub fn is_accepting(&mut self) -> bool {
+        self.matcher.is_accepting().unwrap_or(false)
+    }
+
+    /// Whether nothing but end of generation may follow.
+    pub fn is_stopped(&self) -> bool {
+        self.matcher.is_stopped()
+    }
+}
