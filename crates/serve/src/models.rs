@@ -10,6 +10,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use tokio::sync::watch;
 use toy::chat_template::ChatTemplate;
+use toy::infer::constrain::Grammars;
 use toy::model::Model;
 use toy::tokenizer::Tokenizer;
 
@@ -22,6 +23,8 @@ pub struct LoadedModel {
     pub template: Option<ChatTemplate>,
     /// Positions per sequence: the server's `--ctx`, at most the trained context.
     pub ctx: usize,
+    /// The token table for constrained decoding, built on the first request that needs it.
+    grammars: std::sync::OnceLock<Result<Arc<Grammars>, String>>,
 }
 
 impl LoadedModel {
@@ -48,7 +51,19 @@ impl LoadedModel {
             tok,
             template,
             ctx,
+            grammars: Default::default(),
         })
+    }
+
+    /// The constraint compiler for this model's vocabulary.
+    pub fn grammars(&self) -> Result<Arc<Grammars>, String> {
+        self.grammars
+            .get_or_init(|| {
+                Grammars::new(&self.tok, self.model.cfg.vocab)
+                    .map(Arc::new)
+                    .map_err(|e| e.to_string())
+            })
+            .clone()
     }
 }
 

@@ -113,7 +113,6 @@ async fn unsupported_fields_are_refused_by_name() {
         ),
         ("tool_choice", json!("auto")),
         ("functions", json!([])),
-        ("response_format", json!({"type": "json_object"})),
         ("audio", json!({})),
     ] {
         let mut body = json!({"messages": msg});

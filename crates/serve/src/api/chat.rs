@@ -4,7 +4,7 @@
 use super::body::{kind, Fields, JsonBody};
 use super::format::Format;
 use super::gen::{self, GenRequest};
-use super::params;
+use super::{constraint, params};
 use crate::error::ApiError;
 use crate::AppState;
 use axum::extract::State;
@@ -138,6 +138,7 @@ pub async fn completions(
     let started = Instant::now();
     params::reject_unsupported(&f)?;
     let msgs = messages(&f)?;
+    let constraint = constraint::requested(&f)?;
     let (stream, include_usage) = params::stream(&f)?;
     let n = params::n(&f)?;
     let logprobs = f.bool("logprobs")?.unwrap_or(false);
@@ -167,7 +168,10 @@ pub async fn completions(
         .map_err(|e| ApiError::invalid("messages", e.to_string()))?;
     params::check_prompt(&model, &ids, "messages")?;
     let lp = logprobs.then_some(top.unwrap_or(0) as usize);
-    let gp = params::gen_params(&f, &model, &state.registry.loras, None, lp, false)?;
+    let guide = constraint
+        .map(|(c, param)| constraint::compile(&model, &c, param))
+        .transpose()?;
+    let gp = params::gen_params(&f, &model, &state.registry.loras, None, lp, false, guide)?;
     let req = GenRequest {
         format: Format::Chat,
         model: model.clone(),

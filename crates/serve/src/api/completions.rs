@@ -6,7 +6,7 @@
 use super::body::{kind, Fields, JsonBody};
 use super::format::Format;
 use super::gen::{self, GenRequest};
-use super::params;
+use super::{constraint, params};
 use crate::error::ApiError;
 use crate::models::LoadedModel;
 use crate::AppState;
@@ -121,8 +121,12 @@ pub async fn completions(
     let logprobs = f
         .int_in("logprobs", 0, super::chat::MAX_TOP_LOGPROBS)?
         .map(|x| x as usize);
+    let constraint = constraint::requested(&f)?;
     let model = state.model(&f).await?;
     let ps = prompts(&f, &model)?;
+    let guide = constraint
+        .map(|(c, param)| constraint::compile(&model, &c, param))
+        .transpose()?;
     let gp = params::gen_params(
         &f,
         &model,
@@ -130,6 +134,7 @@ pub async fn completions(
         Some(DEFAULT_MAX_TOKENS),
         logprobs,
         echo && logprobs.is_some(),
+        guide,
     )?;
     let logged = state.telemetry.log_prompts.then(|| f.0["prompt"].clone());
     let (ids, texts): (Vec<_>, Vec<_>) = ps.into_iter().unzip();

@@ -4,6 +4,7 @@
 pub mod body;
 pub mod chat;
 pub mod completions;
+mod constraint;
 pub mod embeddings;
 mod format;
 mod gen;

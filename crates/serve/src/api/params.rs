@@ -2,7 +2,7 @@
 //! extras), `n`, `stop`, `max_tokens`, `stream`, and the fields this server refuses.
 
 use super::body::{kind, Fields};
-use crate::engine::GenParams;
+use crate::engine::{GenParams, SharedGuide};
 use crate::error::ApiError;
 use crate::lora::Adapters;
 use crate::models::LoadedModel;
@@ -25,23 +25,12 @@ const UNSUPPORTED: &[(&str, &str)] = &[
     ("prediction", "no predicted outputs"),
     ("web_search_options", "no web search"),
     ("suffix", "no fill-in-the-middle"),
-    ("grammar", "no constrained decoding"),
-    ("json_schema", "no constrained decoding"),
 ];
 
 pub fn reject_unsupported(f: &Fields) -> Result<(), ApiError> {
     for (key, why) in UNSUPPORTED {
         if f.has(key) {
             return Err(ApiError::unsupported(key, why));
-        }
-    }
-    if let Some(rf) = f.get("response_format") {
-        let text = rf.get("type").and_then(Value::as_str) == Some("text");
-        if !text {
-            return Err(ApiError::unsupported(
-                "response_format",
-                "only {\"type\": \"text\"}; no JSON mode or schemas",
-            ));
         }
     }
     if let Some(m) = f.get("modalities") {
@@ -191,6 +180,7 @@ pub fn gen_params(
     default_max: Option<usize>,
     logprobs: Option<usize>,
     prompt_logprobs: bool,
+    guide: Option<SharedGuide>,
 ) -> Result<GenParams, ApiError> {
     Ok(GenParams {
         max_tokens: max_tokens(f)?.or(default_max).unwrap_or(usize::MAX),
@@ -199,5 +189,6 @@ pub fn gen_params(
         logprobs,
         prompt_logprobs,
         lora: loras.for_request(f.get("lora"))?,
+        guide,
     })
 }

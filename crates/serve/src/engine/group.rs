@@ -15,9 +15,11 @@ use super::logprob::token_logprob;
 use super::seq::{Outcome, Seq};
 use super::{Event, FinishReason, SeqDone};
 use crate::models::LoadedModel;
+use rayon::prelude::*;
 use std::sync::Arc;
 use std::time::Instant;
 use tinynn::pool::Adaptive;
+use toy::infer::constrain::{Guide, Mask};
 use toy::infer::kv_cache::{f16_attention, KvCache};
 use toy::model::{Logits, ModelError, State};
 
@@ -313,12 +315,25 @@ impl Group {
         let mut which = Vec::with_capacity(slots.len());
         // each row's adapters: sequences with different ones share the pass
         let mut picks: Vec<&[(usize, f32)]> = Vec::with_capacity(slots.len());
+        // the constrained sequences' masks, computed while the pass runs
+        let mut guides: Vec<(&mut Guide, &mut Option<Mask>)> = Vec::new();
         for (i, s) in slots.iter_mut().enumerate() {
-            if let Some(q) = s.seq.as_ref().filter(|q| q.next.is_some()) {
-                tokens.extend(q.next);
-                picks.push(&q.job.params.lora);
-                caches.push(&mut s.cache);
-                which.push(i);
+            let Some(q) = s.seq.as_mut().filter(|q| q.next.is_some()) else {
+                continue;
+            };
+            let Seq {
+                job,
+                next,
+                guide,
+                mask,
+                ..
+            } = q;
+            tokens.extend(*next);
+            picks.push(&job.params.lora);
+            caches.push(&mut s.cache);
+            which.push(i);
+            if let Some(g) = guide.as_mut() {
+                guides.push((g, mask));
             }
         }
         if tokens.is_empty() {
@@ -326,12 +341,23 @@ impl Group {
         }
         let m = &model.model;
         let pool = &mut pools[tokens.len().ilog2() as usize];
-        let logits = pool.run(|| {
-            m.forward_multi_lora(scratch, &mut caches, &tokens, &picks)
-                .map(|_| ())
+        let (logits, ()) = pool.run(|| {
+            rayon::join(
+                || {
+                    m.forward_multi_lora(scratch, &mut caches, &tokens, &picks)
+                        .map(|_| ())
+                },
+                // an error here is met again, and reported, when the token is taken
+                || {
+                    guides
+                        .par_iter_mut()
+                        .for_each(|(g, mask)| **mask = g.mask().ok())
+                },
+            )
         });
         drop(caches);
         drop(picks);
+        drop(guides);
         logits?;
         let v = m.cfg.vocab;
         let logits = &scratch.logits;

@@ -26,6 +26,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 use text::TextStream;
 use tokio::sync::{mpsc, oneshot};
+use toy::infer::constrain::Guide;
 use toy::infer::sampler::{Sampler, SamplerConfig};
 
 /// How a sequence ended.
@@ -106,6 +107,29 @@ pub struct GenParams {
     pub prompt_logprobs: bool,
     /// LoRA adapters as (id, scale), scale nonzero; empty for the plain model.
     pub lora: Vec<(usize, f32)>,
+    /// What each choice's output must match (compiled once; every choice forks it).
+    pub guide: Option<SharedGuide>,
+}
+
+/// A compiled constraint at its start, shared by a request's choices.
+#[derive(Clone)]
+pub struct SharedGuide(pub Arc<std::sync::Mutex<Guide>>);
+
+impl SharedGuide {
+    pub fn new(g: Guide) -> Self {
+        Self(Arc::new(std::sync::Mutex::new(g)))
+    }
+
+    /// A matcher of its own for one sequence.
+    pub fn fork(&self) -> Guide {
+        self.0.lock().unwrap_or_else(|e| e.into_inner()).fork()
+    }
+}
+
+impl std::fmt::Debug for SharedGuide {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("SharedGuide")
+    }
 }
 
 /// A generation request: one sequence per prompt and choice.
@@ -326,6 +350,8 @@ impl Engine {
                         prompt_logprobs: Vec::new(),
                         admitted: Instant::now(),
                         first_token: None,
+                        guide: job.params.guide.as_ref().map(SharedGuide::fork),
+                        mask: None,
                     });
                 }
             }

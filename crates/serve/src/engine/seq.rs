@@ -8,6 +8,7 @@ use super::{Event, FinishReason, GenJob, SeqDone};
 use crate::models::LoadedModel;
 use std::sync::Arc;
 use std::time::Instant;
+use toy::infer::constrain::{Guide, Mask};
 use toy::infer::sampler::{argmax, Sampler};
 
 pub struct Seq {
@@ -29,6 +30,10 @@ pub struct Seq {
     pub prompt_logprobs: Vec<TokenLogprob>,
     pub admitted: Instant,
     pub first_token: Option<Instant>,
+    /// The constraint the output follows, if any, and the mask of allowed tokens for the
+    /// logits the running step makes (computed while it runs; `None`: compute when needed).
+    pub guide: Option<Guide>,
+    pub mask: Option<Mask>,
 }
 
 /// What a sampled token did to its sequence.
@@ -59,15 +64,43 @@ impl Seq {
         if self.first_token.is_none() {
             self.first_token = Some(Instant::now());
         }
-        let id = if self.sampler.is_plain_greedy() {
-            argmax(logits)
-        } else {
-            buf.clear();
-            buf.extend_from_slice(logits);
-            self.sampler.sample_in_place(buf)
+        let mask = match (self.mask.take(), self.guide.as_mut()) {
+            (Some(mask), _) => Some(Ok(mask)),
+            (None, Some(g)) => Some(g.mask()),
+            (None, None) => None,
+        };
+        let id = match mask {
+            Some(Err(e)) => {
+                let message = format!("constrained decoding: {e}");
+                self.send(Event::Error {
+                    index: self.index,
+                    message,
+                });
+                return Outcome::Finished(FinishReason::Error);
+            }
+            Some(Ok(mask)) => {
+                buf.clear();
+                buf.extend_from_slice(logits);
+                Guide::apply(&mask, buf);
+                self.sampler.sample_in_place(buf)
+            }
+            None if self.sampler.is_plain_greedy() => argmax(logits),
+            None => {
+                buf.clear();
+                buf.extend_from_slice(logits);
+                self.sampler.sample_in_place(buf)
+            }
         };
         if m.tok.is_eog(id) {
             return Outcome::Finished(FinishReason::Eog);
+        }
+        if let Some(Err(e)) = self.guide.as_mut().map(|g| g.consume(id)) {
+            let message = format!("constrained decoding: {e}");
+            self.send(Event::Error {
+                index: self.index,
+                message,
+            });
+            return Outcome::Finished(FinishReason::Error);
         }
         let logprob = self
             .job
@@ -167,6 +200,7 @@ mod tests {
                 logprobs: None,
                 prompt_logprobs: false,
                 lora: Vec::new(),
+                guide: None,
             },
             events: tx,
             ended: Arc::new(Ended::default()),
@@ -186,6 +220,8 @@ mod tests {
             prompt_logprobs: Vec::new(),
             admitted: Instant::now(),
             first_token: None,
+            guide: None,
+            mask: None,
         };
         seq.finish(FinishReason::Length);
         let mut saw_done = false;

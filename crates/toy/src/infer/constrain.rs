@@ -157,6 +157,19 @@ fn first_line(msg: &str) -> String {
     msg.lines().next().unwrap_or("").trim().to_string()
 }
 
+/// The tokens allowed at one position.
+pub struct Mask(SimpleVob);
+
+impl Mask {
+    pub fn allows(&self, id: u32) -> bool {
+        self.0.is_allowed(id)
+    }
+
+    pub fn count(&self) -> usize {
+        self.0.num_set()
+    }
+}
+
 /// One sequence's place in its constraint.
 pub struct Guide {
     matcher: Matcher,
@@ -171,15 +184,17 @@ impl Guide {
     }
 
     /// The tokens allowed next (end-of-generation ones once the output is complete).
-    pub fn mask(&mut self) -> Result<SimpleVob, ConstrainError> {
+    pub fn mask(&mut self) -> Result<Mask, ConstrainError> {
         self.matcher
             .compute_mask_or_eos()
+            .map(Mask)
             .map_err(|e| ConstrainError::Matcher(e.to_string()))
     }
 
     /// Set every token `mask` does not allow to -inf in `logits` (V).
-    pub fn apply(mask: &SimpleVob, logits: &mut [f32]) {
+    pub fn apply(mask: &Mask, logits: &mut [f32]) {
         // 32 tokens per word of the bit set; most words are all-allowed or all-forbidden
+        let mask = &mask.0;
         let n = mask.len().min(logits.len());
         for (w, chunk) in mask.as_slice().iter().zip(logits[..n].chunks_mut(32)) {
             match *w {
