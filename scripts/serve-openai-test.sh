@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The official `openai` Python client against a live `toy serve` (scripts/serve-openai-test.py):
-# makes the venv, builds (scripts/build.sh: a no-op after the tests built), starts the server
+# then its structured outputs and tool calls (scripts/serve-structured-test.py); makes the venv, builds (scripts/build.sh: a no-op after the tests built), starts the server
 # on a free loopback port with a throwaway runs dir, runs the checks, stops the server.
 # Exits non-zero on any failure.
 set -euo pipefail
@@ -15,4 +15,5 @@ trap 'serve_stop; rm -rf "$runs"' EXIT
 serve_start -m "$model" --runs-dir "$runs"
 status=0
 "$PY" scripts/serve-openai-test.py --base-url "$serve_url" || status=$?
+"$PY" scripts/serve-structured-test.py --base-url "$serve_url" || status=$?
 exit "$status"

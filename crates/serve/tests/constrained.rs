@@ -160,3 +160,102 @@ async fn constraints_that_do_not_compile_are_400_naming_the_field() {
     let (st, _) = post(s, "/v1/chat/completions", &chat("hi", 2)).await;
     assert_eq!(st, 200);
 }
+
+fn weather_tools() -> Value {
+    json!([{"type": "function", "function": {"name": "get_weather",
+        "parameters": {"type": "object", "properties": {"city": {"type": "string", "maxLength": 30},
+            "unit": {"enum": ["celsius", "fahrenheit"]}}, "required": ["city", "unit"]}}},
+        {"type": "function", "function": {"name": "get_time",
+        "parameters": {"type": "object", "properties": {"tz": {"type": "string", "maxLength": 30}},
+            "required": ["tz"]}}}])
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tool_choice_is_enforced_and_streamed_calls_match_the_whole_reply() {
+    let s = shared();
+    for (choice, allowed) in [
+        (json!("required"), &["get_weather", "get_time"][..]),
+        (
+            json!({"type": "function", "function": {"name": "get_time"}}),
+            &["get_time"][..],
+        ),
+    ] {
+        let mut body = chat("What is the weather in Paris?", 120);
+        body["tools"] = weather_tools();
+        body["tool_choice"] = choice.clone();
+        body["temperature"] = json!(0.8);
+        body["n"] = json!(3);
+        let (st, v) = post(s, "/v1/chat/completions", &body).await;
+        assert_eq!(st, 200, "{v}");
+        for c in v["choices"].as_array().unwrap() {
+            assert_eq!(c["finish_reason"], "tool_calls", "{choice}: {c}");
+            assert!(c["message"]["content"].is_null(), "{c}");
+            let call = &c["message"]["tool_calls"][0];
+            assert_eq!(call["type"], "function");
+            let name = call["function"]["name"].as_str().unwrap();
+            assert!(allowed.contains(&name), "{choice}: {name}");
+            let args: Value =
+                serde_json::from_str(call["function"]["arguments"].as_str().unwrap()).unwrap();
+            assert!(args.is_object(), "{args}");
+        }
+    }
+    // greedy: the stream's deltas rebuild the non-streamed calls
+    let mut body = chat("What is the weather in Rome?", 120);
+    body["tools"] = weather_tools();
+    body["tool_choice"] = json!("required");
+    let (_, whole) = post(s, "/v1/chat/completions", &body).await;
+    body["stream"] = json!(true);
+    let (events, done) = stream(s, "/v1/chat/completions", &body).await;
+    assert!(done);
+    let (mut name, mut args, mut finish) = (String::new(), String::new(), Value::Null);
+    for e in &events {
+        let c = &e["choices"][0];
+        if let Some(t) = c["delta"]["tool_calls"].get(0) {
+            name += t["function"]["name"].as_str().unwrap_or("");
+            args += t["function"]["arguments"].as_str().unwrap_or("");
+        }
+        if !c["finish_reason"].is_null() {
+            finish = c["finish_reason"].clone();
+        }
+    }
+    let call = &whole["choices"][0]["message"]["tool_calls"][0]["function"];
+    assert_eq!(
+        (name.as_str(), args.as_str()),
+        (
+            call["name"].as_str().unwrap(),
+            call["arguments"].as_str().unwrap()
+        )
+    );
+    assert_eq!(finish, "tool_calls");
+    // none: no call, plain content
+    body["stream"] = json!(false);
+    body["tool_choice"] = json!("none");
+    let (st, v) = post(s, "/v1/chat/completions", &body).await;
+    assert_eq!(st, 200, "{v}");
+    assert!(v["choices"][0]["message"]["tool_calls"].is_null(), "{v}");
+    assert_ne!(v["choices"][0]["finish_reason"], "tool_calls");
+    // a tool result in the history is taken
+    body["tool_choice"] = json!("auto");
+    body["messages"] = json!([{"role": "user", "content": "Weather in Rome?"},
+        {"role": "assistant", "content": null, "tool_calls": [{"id": "c1", "type": "function",
+            "function": {"name": "get_weather", "arguments": "{\"city\": \"Rome\", \"unit\": \"celsius\"}"}}]},
+        {"role": "tool", "tool_call_id": "c1", "content": "20 degrees"}]);
+    let (st, v) = post(s, "/v1/chat/completions", &body).await;
+    assert_eq!(st, 200, "{v}");
+    // a named tool that is not listed, and a grammar beside tools, are 400s
+    body["tool_choice"] = json!({"type": "function", "function": {"name": "nope"}});
+    let (st, v) = post(s, "/v1/chat/completions", &body).await;
+    assert_eq!(
+        (st, v["error"]["param"].as_str()),
+        (400, Some("tool_choice")),
+        "{v}"
+    );
+    body["tool_choice"] = json!("auto");
+    body["regex"] = json!("a+");
+    let (st, v) = post(s, "/v1/chat/completions", &body).await;
+    assert_eq!(
+        (st, v["error"]["param"].as_str()),
+        (400, Some("regex")),
+        "{v}"
+    );
+}

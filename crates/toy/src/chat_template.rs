@@ -13,6 +13,12 @@ const NAME: &str = "chat_template";
 pub struct ChatMessage {
     pub role: String,
     pub content: String,
+    /// An assistant's calls, as OpenAI writes them (`[{id, type, function: {name, arguments}}]`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tool_calls: Option<serde_json::Value>,
+    /// A tool result's call.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tool_call_id: Option<String>,
 }
 
 impl ChatMessage {
@@ -20,6 +26,8 @@ impl ChatMessage {
         Self {
             role: role.into(),
             content: content.into(),
+            tool_calls: None,
+            tool_call_id: None,
         }
     }
 }
@@ -47,6 +55,7 @@ fn describe(e: &Error) -> String {
 
 pub struct ChatTemplate {
     env: Environment<'static>,
+    source: String,
     bos_token: String,
     eos_token: String,
 }
@@ -65,6 +74,7 @@ impl ChatTemplate {
             .map_err(|e| TemplateError::Syntax(describe(&e)))?;
         Ok(Self {
             env,
+            source: source.to_string(),
             bos_token: bos_token.to_string(),
             eos_token: eos_token.to_string(),
         })
@@ -108,18 +118,36 @@ impl ChatTemplate {
         messages: &[ChatMessage],
         add_generation_prompt: bool,
     ) -> Result<String, TemplateError> {
+        self.render_with_tools(messages, None, add_generation_prompt)
+    }
+
+    /// `render` with the request's `tools` (OpenAI's list) for templates that show them.
+    pub fn render_with_tools(
+        &self,
+        messages: &[ChatMessage],
+        tools: Option<&serde_json::Value>,
+        add_generation_prompt: bool,
+    ) -> Result<String, TemplateError> {
         let tmpl = self
             .env
             .get_template(NAME)
             .map_err(|e| TemplateError::Render(describe(&e)))?;
         let ctx = context! {
             messages => messages,
+            tools => tools.map(Value::from_serialize),
             add_generation_prompt => add_generation_prompt,
             bos_token => self.bos_token,
             eos_token => self.eos_token,
         };
         tmpl.render(ctx)
             .map_err(|e| TemplateError::Render(describe(&e)))
+    }
+}
+
+impl ChatTemplate {
+    /// Whether the template's source contains `text` (`"tools"`, `"<tool_call>"`).
+    pub fn mentions(&self, text: &str) -> bool {
+        self.source.contains(text)
     }
 }
 

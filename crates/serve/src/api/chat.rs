@@ -4,6 +4,7 @@
 use super::body::{kind, Fields, JsonBody};
 use super::format::Format;
 use super::gen::{self, GenRequest};
+use super::tools::{self, Tools};
 use super::{constraint, params};
 use crate::error::ApiError;
 use crate::AppState;
@@ -102,31 +103,40 @@ pub fn messages(f: &Fields) -> Result<Vec<ChatMessage>, ApiError> {
             "system" | "developer" => "system",
             "user" => "user",
             "assistant" => "assistant",
-            "tool" | "function" => {
+            "tool" => "tool",
+            "function" => {
                 return Err(ApiError::unsupported(
                     &format!("{at}.role"),
-                    "no tool calling",
+                    "the deprecated 'function' role; use 'tool'",
                 ))
             }
-            other => {
-                return Err(ApiError::invalid(
-                    &format!("{at}.role"),
-                    format!(
-                        "'{at}.role' is '{other}'; expected system, developer, user or assistant"
-                    ),
-                ))
-            }
+            other => return Err(ApiError::invalid(
+                &format!("{at}.role"),
+                format!(
+                    "'{at}.role' is '{other}'; expected system, developer, user, assistant or tool"
+                ),
+            )),
         };
-        if obj.get("tool_calls").is_some_and(|v| !v.is_null()) {
-            return Err(ApiError::unsupported(
-                &format!("{at}.tool_calls"),
-                "no tool calling",
-            ));
+        let mut msg = ChatMessage::new(role, content_text(obj.get("content"), &at)?);
+        match obj.get("tool_calls") {
+            None | Some(Value::Null) => {}
+            Some(Value::Array(calls)) if role == "assistant" => {
+                msg.tool_calls = Some(Value::Array(calls.clone()))
+            }
+            Some(_) => {
+                return Err(ApiError::invalid(
+                    &format!("{at}.tool_calls"),
+                    format!("'{at}.tool_calls' must be an array, on an assistant message"),
+                ))
+            }
         }
-        out.push(ChatMessage::new(
-            role,
-            content_text(obj.get("content"), &at)?,
-        ));
+        if role == "tool" {
+            msg.tool_call_id = obj
+                .get("tool_call_id")
+                .and_then(Value::as_str)
+                .map(str::to_string);
+        }
+        out.push(msg);
     }
     Ok(out)
 }
@@ -139,6 +149,15 @@ pub async fn completions(
     params::reject_unsupported(&f)?;
     let msgs = messages(&f)?;
     let constraint = constraint::requested(&f)?;
+    let tools = tools::requested(&f)?;
+    if let (Some((_, param)), Some(t)) = (&constraint, &tools) {
+        if t.active() {
+            return Err(ApiError::invalid(
+                param,
+                format!("'{param}' and tool calls cannot be combined: tool calls have a grammar of their own"),
+            ));
+        }
+    }
     let (stream, include_usage) = params::stream(&f)?;
     let n = params::n(&f)?;
     let logprobs = f.bool("logprobs")?.unwrap_or(false);
@@ -159,8 +178,14 @@ pub async fn completions(
             ),
         )
     })?;
+    let tools = tools.map(|t| t.with_style_of(template));
+    let msgs = match &tools {
+        Some(t) => t.prepare(msgs),
+        None => msgs,
+    };
+    let listed = tools.as_ref().and_then(|t| t.for_template());
     let text = template
-        .render(&msgs, true)
+        .render_with_tools(&msgs, listed.as_ref(), true)
         .map_err(|e| ApiError::invalid("messages", e.to_string()))?;
     let ids = model
         .tok
@@ -168,6 +193,10 @@ pub async fn completions(
         .map_err(|e| ApiError::invalid("messages", e.to_string()))?;
     params::check_prompt(&model, &ids, "messages")?;
     let lp = logprobs.then_some(top.unwrap_or(0) as usize);
+    let constraint = match tools.as_ref().and_then(|t| t.constraint(&model.tok)) {
+        Some(c) => Some((c, "tools")),
+        None => constraint,
+    };
     let guide = constraint
         .map(|(c, param)| constraint::compile(&model, &c, param))
         .transpose()?;
@@ -183,6 +212,7 @@ pub async fn completions(
         echo: None,
         logged_prompt: state.telemetry.log_prompts.then(|| f.0["messages"].clone()),
         started,
+        tools: tools.filter(Tools::active).map(Arc::new),
     };
     gen::run(&state, req, "/v1/chat/completions").await
 }

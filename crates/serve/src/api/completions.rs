@@ -149,6 +149,7 @@ pub async fn completions(
         echo: echo.then_some(texts),
         logged_prompt: logged,
         started,
+        tools: None,
     };
     gen::run(&state, req, "/v1/completions").await
 }

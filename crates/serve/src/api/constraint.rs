@@ -78,17 +78,22 @@ fn response_format(f: &Fields) -> Result<Option<Constraint>, ApiError> {
                         "'response_format.json_schema' must be an object with a 'schema'",
                     )
                 })?;
-            let schema = match js.get("schema") {
+            let mut schema = match js.get("schema") {
                 None | Some(Value::Null) => json!({"type": "object"}),
                 Some(s) if s.is_object() || s.is_boolean() => s.clone(),
-                Some(s) => return Err(ApiError::invalid(
-                    "response_format.json_schema.schema",
-                    format!(
+                Some(s) => {
+                    return Err(ApiError::invalid(
+                        "response_format.json_schema.schema",
+                        format!(
                         "'response_format.json_schema.schema' must be a JSON schema object, got {}",
                         kind(s)
                     ),
-                )),
+                    ))
+                }
             };
+            if js.get("strict").and_then(Value::as_bool) == Some(true) {
+                toy::infer::constrain::strict_schema(&mut schema);
+            }
             Ok(Some(Constraint::JsonSchema(schema)))
         }
         other => Err(ApiError::invalid(
@@ -103,8 +108,8 @@ fn response_format(f: &Fields) -> Result<Option<Constraint>, ApiError> {
 /// `c` compiled for `m`'s vocabulary; a 400 on `param` when it does not compile.
 pub fn compile(m: &LoadedModel, c: &Constraint, param: &str) -> Result<SharedGuide, ApiError> {
     let grammars = m.grammars().map_err(ApiError::internal)?;
-    let guide = grammars
-        .compile(c)
-        .map_err(|e| ApiError::invalid(param, e.to_string()).code("invalid_constraint"))?;
+    let guide = grammars.compile(c).map_err(|e| {
+        ApiError::invalid(param, format!("'{param}': {e}")).code("invalid_constraint")
+    })?;
     Ok(SharedGuide::new(guide))
 }

@@ -5,6 +5,7 @@
 
 use super::format::{chat_logprob, response_id, usage, Format, LegacyLogprobs};
 use super::sse;
+use super::tools::Tools;
 use crate::engine::{Ended, Event, GenJob, GenParams, Job, SeqDone, TokenLogprob};
 use crate::error::ApiError;
 use crate::metrics::{CountedByLog, Metrics};
@@ -32,6 +33,8 @@ pub struct GenRequest {
     /// The prompt text for the telemetry (`--log-prompts` only).
     pub logged_prompt: Option<Value>,
     pub started: Instant,
+    /// Calls are parsed from chat replies (tools given, `tool_choice` not `none`).
+    pub tools: Option<Arc<Tools>>,
 }
 
 /// One telemetry line per request, written when the request ends, and its count in
@@ -245,15 +248,24 @@ async fn collect(
         .map(|(i, c)| {
             let finish = c.done.as_ref().map(|d| d.finish.api_name());
             match req.format {
-                Format::Chat => json!({
-                    "index": i,
-                    "message": {"role": "assistant", "content": c.text},
-                    "logprobs": req.params.logprobs.map(|_| json!({
-                        "content": c.tokens.iter().filter_map(|(_, lp)| lp.as_ref())
-                            .map(|lp| chat_logprob(m, lp)).collect::<Vec<_>>(),
-                    })),
-                    "finish_reason": finish,
-                }),
+                Format::Chat => {
+                    let (message, finish) = match (&req.tools, finish) {
+                        (Some(t), Some(f)) => {
+                            let (reply, f) = t.reply(&c.text, f);
+                            (reply.message(), Some(f))
+                        }
+                        _ => (json!({"role": "assistant", "content": c.text}), finish),
+                    };
+                    json!({
+                        "index": i,
+                        "message": message,
+                        "logprobs": req.params.logprobs.map(|_| json!({
+                            "content": c.tokens.iter().filter_map(|(_, lp)| lp.as_ref())
+                                .map(|lp| chat_logprob(m, lp)).collect::<Vec<_>>(),
+                        })),
+                        "finish_reason": finish,
+                    })
+                }
                 Format::Completion => {
                     let echo = req.echo.as_ref().map(|e| e[i / req.n].as_str());
                     let mut lp = LegacyLogprobs::new(0);

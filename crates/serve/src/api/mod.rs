@@ -13,3 +13,4 @@ pub mod misc;
 mod params;
 pub mod runs;
 mod sse;
+mod tools;

@@ -17,8 +17,6 @@ pub const MAX_STOP: usize = 16;
 /// Fields that change what a model must produce and that this server cannot honour: they
 /// get a 400 naming them rather than being silently ignored.
 const UNSUPPORTED: &[(&str, &str)] = &[
-    ("tools", "no tool calling"),
-    ("tool_choice", "no tool calling"),
     ("functions", "no function calling"),
     ("function_call", "no function calling"),
     ("audio", "text only"),
@@ -40,12 +38,6 @@ pub fn reject_unsupported(f: &Fields) -> Result<(), ApiError> {
         if !text_only {
             return Err(ApiError::unsupported("modalities", "text only"));
         }
-    }
-    if f.bool("parallel_tool_calls")? == Some(true) {
-        return Err(ApiError::unsupported(
-            "parallel_tool_calls",
-            "no tool calling",
-        ));
     }
     Ok(())
 }

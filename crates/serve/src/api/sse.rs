@@ -104,6 +104,11 @@ impl Streamer {
             Event::Token {
                 id, text, logprob, ..
             } => {
+                // a reply that may call tools is read whole, then sent as calls or content
+                if self.req.tools.is_some() {
+                    self.outputs[i].push_str(&text);
+                    return Vec::new();
+                }
                 if text.is_empty() && !want_lp {
                     return Vec::new();
                 }
@@ -124,6 +129,9 @@ impl Streamer {
             }
             Event::Text { text, .. } => {
                 self.outputs[i].push_str(&text);
+                if self.req.tools.is_some() {
+                    return Vec::new();
+                }
                 vec![self.chunk(self.choice(i, &text, Value::Null, None))]
             }
             Event::PromptLogprobs { logprobs, .. } => {
@@ -147,10 +155,20 @@ impl Streamer {
                 ]
             }
             Event::Done(d) => {
-                let finish = d.finish.api_name();
+                let mut finish = d.finish.api_name();
                 self.done[i] = Some(d);
                 self.finished += 1;
-                vec![self.chunk(self.choice(i, "", Value::Null, Some(finish)))]
+                let mut out = Vec::new();
+                if let Some(t) = self.req.tools.clone() {
+                    let (reply, f) = t.reply(&self.outputs[i], finish);
+                    finish = f;
+                    for delta in reply.deltas() {
+                        out.push(self.chunk(json!({"index": i, "delta": delta,
+                            "logprobs": null, "finish_reason": null})));
+                    }
+                }
+                out.push(self.chunk(self.choice(i, "", Value::Null, Some(finish))));
+                out
             }
         }
     }

@@ -47,6 +47,7 @@ impl Constraint {
         match self {
             Constraint::JsonSchema(s) => {
                 let mut s = s.clone();
+                walk_schema(&mut s, &mut bound_integers);
                 if let Some(o) = s.as_object_mut() {
                     o.entry("x-guidance").or_insert_with(|| {
                         serde_json::json!({
@@ -60,6 +61,65 @@ impl Constraint {
             }
             Constraint::Lark(g) => TopLevelGrammar::from_lark(g.clone()),
             Constraint::Regex(r) => TopLevelGrammar::from_regex(r),
+        }
+    }
+}
+
+/// I-JSON's interoperable integers (RFC 7493 section 2.2): +-(2^53 - 1).
+const MAX_SAFE_INTEGER: i64 = (1 << 53) - 1;
+
+/// Integers without a bound get I-JSON's: unbounded, a small model can write digits until
+/// `max_tokens` (llama.cpp caps them at 16 digits for the same reason).
+fn bound_integers(o: &mut serde_json::Map<String, serde_json::Value>) {
+    let integer = match o.get("type") {
+        Some(serde_json::Value::String(t)) => t == "integer",
+        Some(serde_json::Value::Array(ts)) => ts.iter().any(|t| t == "integer"),
+        _ => false,
+    };
+    if !integer {
+        return;
+    }
+    if !o.contains_key("maximum") && !o.contains_key("exclusiveMaximum") {
+        o.insert("maximum".into(), MAX_SAFE_INTEGER.into());
+    }
+    if !o.contains_key("minimum") && !o.contains_key("exclusiveMinimum") {
+        o.insert("minimum".into(), (-MAX_SAFE_INTEGER).into());
+    }
+}
+
+/// OpenAI's strict mode: objects take no properties their schema does not list
+/// (`additionalProperties: false` where a schema says nothing).
+pub fn strict_schema(schema: &mut serde_json::Value) {
+    walk_schema(schema, &mut |o| {
+        let object = o.get("type").is_some_and(|t| t == "object") || o.contains_key("properties");
+        if object && !o.contains_key("additionalProperties") {
+            o.insert("additionalProperties".into(), false.into());
+        }
+    });
+}
+
+/// Apply `f` to every schema object in `s`: itself and its subschemas.
+fn walk_schema(
+    s: &mut serde_json::Value,
+    f: &mut dyn FnMut(&mut serde_json::Map<String, serde_json::Value>),
+) {
+    let Some(o) = s.as_object_mut() else {
+        return;
+    };
+    f(o);
+    for key in ["properties", "$defs", "definitions", "patternProperties"] {
+        if let Some(serde_json::Value::Object(m)) = o.get_mut(key) {
+            m.values_mut().for_each(|v| walk_schema(v, f));
+        }
+    }
+    for key in ["anyOf", "oneOf", "allOf", "prefixItems"] {
+        if let Some(serde_json::Value::Array(a)) = o.get_mut(key) {
+            a.iter_mut().for_each(|v| walk_schema(v, f));
+        }
+    }
+    for key in ["items", "additionalProperties", "not", "contains"] {
+        if let Some(v) = o.get_mut(key) {
+            walk_schema(v, f);
         }
     }
 }
