@@ -110,12 +110,14 @@ pub fn messages(f: &Fields) -> Result<Vec<ChatMessage>, ApiError> {
                     "the deprecated 'function' role; use 'tool'",
                 ))
             }
-            other => return Err(ApiError::invalid(
-                &format!("{at}.role"),
-                format!(
+            other => {
+                return Err(ApiError::invalid(
+                    &format!("{at}.role"),
+                    format!(
                     "'{at}.role' is '{other}'; expected system, developer, user, assistant or tool"
                 ),
-            )),
+                ))
+            }
         };
         let mut msg = ChatMessage::new(role, content_text(obj.get("content"), &at)?);
         match obj.get("tool_calls") {

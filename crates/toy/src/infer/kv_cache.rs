@@ -156,6 +156,33 @@ impl KvCache {
         }
     }
 
+    /// Keep the recurrent states of the current position too, so `truncate` can come back
+    /// here (speculative decoding checks drafted tokens it may refuse).
+    pub fn mark(&mut self) {
+        if !self.has_recurrent() || self.snapshots.last().is_some_and(|(p, _)| *p == self.pos) {
+            return;
+        }
+        let states = self
+            .layers
+            .iter()
+            .filter_map(|l| match l {
+                LayerCache::Recurrent(s) => Some(s.clone()),
+                LayerCache::Attention { .. } => None,
+            })
+            .collect();
+        self.snapshots.push((self.pos, states));
+        if self.snapshots.len() > MAX_SNAPSHOTS + 1 {
+            self.snapshots.remove(0);
+        }
+    }
+
+    /// Forget a `mark` at `pos` (snapshots of chunk boundaries stay).
+    pub fn unmark(&mut self, pos: usize) {
+        if !pos.is_multiple_of(SNAPSHOT_EVERY) {
+            self.snapshots.retain(|(p, _)| *p != pos);
+        }
+    }
+
     /// The furthest position at most `pos` this cache can go back to: `pos` itself for
     /// attention-only models, else the current position or a snapshot's (0 at worst).
     pub fn resume_at(&self, pos: usize) -> usize {

@@ -84,6 +84,25 @@ pub struct SpecStats {
     pub rounds: usize,
 }
 
+/// Leave `state` holding `kept` after its first `pos0` positions, the tokens of a verify
+/// pass it keeps: attention layers truncate, recurrent layers go back to the mark at `pos0`
+/// and take the kept tokens again.
+fn rewind(model: &Model, state: &mut State, pos0: usize, kept: &[u32]) -> Result<(), ModelError> {
+    let end = pos0 + kept.len();
+    state.cache.truncate(end);
+    let at = state.cache.pos;
+    if at < pos0 {
+        return Err(ModelError::Speculative(format!(
+            "the recurrent state went back to position {at}, before the verify step at {pos0}"
+        )));
+    }
+    if at < end {
+        model.forward(state, &kept[at - pos0..], Logits::Last)?;
+    }
+    state.cache.unmark(pos0);
+    Ok(())
+}
+
 /// Up to `k` tokens that followed the latest earlier occurrence of the last `n` (then fewer)
 /// tokens of `hist`.
 pub fn ngram_draft(hist: &[u32], n: usize, k: usize) -> Vec<u32> {
@@ -177,11 +196,6 @@ pub fn generate_speculative(
     mut guide: Option<&mut Guide>,
     mut on_text: impl FnMut(&str),
 ) -> Result<(Generation, SpecStats), ModelError> {
-    if model.cfg.gdn.is_some() {
-        return Err(ModelError::Speculative(
-            "the target's cache must go back to any position: not a hybrid yet".into(),
-        ));
-    }
     check_prompt(state, prompt)?;
     let ctx = state.cache.ctx;
     let v = model.cfg.vocab;
@@ -217,6 +231,8 @@ pub fn generate_speculative(
         let (mut draft, q) = drafter.propose(&hist, draft_max.min(left - 1).min(room))?;
         draft.truncate(draft_max.min(left - 1).min(room));
         let pos0 = state.pos();
+        // a hybrid's recurrent layers come back only to a snapshot: take one here
+        state.cache.mark();
         let mut feed = vec![next];
         feed.extend(&draft);
         let rows = model.forward(state, &feed, Logits::All)?.to_vec();
@@ -252,7 +268,7 @@ pub fn generate_speculative(
             }
         };
         // keep next and the accepted draft; forget the rest
-        state.cache.truncate(pos0 + 1 + kept);
+        rewind(model, state, pos0, &feed[..1 + kept])?;
     }
     let decode_ms = t1.elapsed().as_secs_f64() * 1e3;
     let g = out.done(prompt.len(), prefill_ms, decode_ms, &mut on_text);
