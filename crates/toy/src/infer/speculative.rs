@@ -12,6 +12,7 @@
 use super::constrain::Guide;
 use super::generate::{check_prompt, Emitter, GenerateOptions, Generation};
 use super::sampler::Sampler;
+use super::verify::{settle, Verify};
 use crate::gguf::GgufFile;
 use crate::model::{Logits, Model, ModelError, State};
 use crate::tokenizer::Tokenizer;
@@ -35,7 +36,7 @@ fn prob(d: &[(u32, f64)], x: u32) -> f64 {
 }
 
 /// The token at cumulative probability `u` of `d` (weights need not sum to 1).
-fn draw(d: &[(u32, f64)], u: f64) -> u32 {
+pub fn draw(d: &[(u32, f64)], u: f64) -> u32 {
     let total: f64 = d.iter().map(|e| e.1).sum();
     let mut cum = 0.0;
     for e in d {
@@ -84,10 +85,47 @@ pub struct SpecStats {
     pub rounds: usize,
 }
 
+/// `generate_speculative`'s side of a verify pass.
+struct Local<'a, 'b, F: FnMut(&str)> {
+    sampler: &'a mut Sampler,
+    guide: Option<&'a mut Guide>,
+    row: &'a mut Vec<f32>,
+    out: &'a mut Emitter<'b>,
+    hist: &'a mut Vec<u32>,
+    on_text: &'a mut F,
+    max_tokens: usize,
+}
+
+impl<F: FnMut(&str)> Verify for Local<'_, '_, F> {
+    fn distribution(&mut self, row: &[f32]) -> Result<Vec<(u32, f64)>, ModelError> {
+        self.row.copy_from_slice(row);
+        if let Some(g) = self.guide.as_deref_mut() {
+            g.constrain(self.row)?;
+        }
+        Ok(self.sampler.distribution(self.row))
+    }
+
+    fn uniform(&mut self) -> f64 {
+        self.sampler.uniform()
+    }
+
+    fn keep(&mut self, x: u32, _at: usize) -> Result<bool, ModelError> {
+        if !self.out.push(x, self.on_text) {
+            return Ok(false);
+        }
+        if let Some(g) = self.guide.as_deref_mut() {
+            g.consume(x)?;
+        }
+        self.sampler.accept(x);
+        self.hist.push(x);
+        Ok(self.out.tokens.len() < self.max_tokens)
+    }
+}
+
 /// Leave `state` holding `kept` after its first `pos0` positions, the tokens of a verify
 /// pass it keeps: attention layers truncate, recurrent layers go back to the mark at `pos0`
 /// and take the kept tokens again.
-fn rewind(model: &Model, state: &mut State, pos0: usize, kept: &[u32]) -> Result<(), ModelError> {
+pub fn rewind(model: &Model, state: &mut State, pos0: usize, kept: &[u32]) -> Result<(), ModelError> {
     let end = pos0 + kept.len();
     state.cache.truncate(end);
     let at = state.cache.pos;
@@ -133,34 +171,48 @@ impl Drafter<'_> {
                 fed,
                 sampler,
             } => {
-                // keep what the draft holds of `hist` (not the drafted tokens the target
-                // refused), feed it the rest, then draft
-                let same = fed.iter().zip(hist).take_while(|(a, b)| a == b).count();
-                state.cache.truncate(same.min(hist.len() - 1));
-                fed.truncate(state.pos());
-                let k = k.min(state.cache.ctx.saturating_sub(hist.len()));
-                let new = &hist[fed.len()..];
-                let mut logits = model.forward(state, new, Logits::Last)?.to_vec();
-                fed.extend_from_slice(new);
-                // penalties see what the target's sampler sees, then the drafted tokens
-                sampler.set_history(hist);
-                let (mut out, mut dists) = (Vec::new(), Vec::new());
-                while out.len() < k {
-                    let d = sampler.distribution(&logits);
-                    let id = draw(&d, sampler.uniform());
-                    sampler.accept(id);
-                    out.push(id);
-                    dists.push(d);
-                    if out.len() == k {
-                        break;
-                    }
-                    logits.copy_from_slice(model.forward(state, &[id], Logits::Last)?);
-                    fed.push(id);
-                }
+                let (out, dists) = model_draft(model, state, fed, sampler, hist, k)?;
                 Ok((out, Some(dists)))
             }
         }
     }
+}
+
+/// Up to `k` tokens a draft model samples after `hist`, with the distributions they came
+/// from. `state` holds the tokens `fed`; it keeps what it holds of `hist` (not the drafted
+/// tokens the target refused), takes the rest, then drafts.
+#[allow(clippy::type_complexity)]
+pub fn model_draft(
+    model: &Model,
+    state: &mut State,
+    fed: &mut Vec<u32>,
+    sampler: &mut Sampler,
+    hist: &[u32],
+    k: usize,
+) -> Result<(Vec<u32>, Vec<Vec<(u32, f64)>>), ModelError> {
+    let same = fed.iter().zip(hist).take_while(|(a, b)| a == b).count();
+    state.cache.truncate(same.min(hist.len() - 1));
+    fed.truncate(state.pos());
+    let k = k.min(state.cache.ctx.saturating_sub(hist.len()));
+    let new = &hist[fed.len()..];
+    let mut logits = model.forward(state, new, Logits::Last)?.to_vec();
+    fed.extend_from_slice(new);
+    // penalties see what the target's sampler sees, then the drafted tokens
+    sampler.set_history(hist);
+    let (mut out, mut dists) = (Vec::new(), Vec::new());
+    while out.len() < k {
+        let d = sampler.distribution(&logits);
+        let id = draw(&d, sampler.uniform());
+        sampler.accept(id);
+        out.push(id);
+        dists.push(d);
+        if out.len() == k {
+            break;
+        }
+        logits.copy_from_slice(model.forward(state, &[id], Logits::Last)?);
+        fed.push(id);
+    }
+    Ok((out, dists))
 }
 
 /// A draft must share the target's vocabulary, as llama.cpp checks it: the same tokenizer
@@ -236,37 +288,20 @@ pub fn generate_speculative(
         let mut feed = vec![next];
         feed.extend(&draft);
         let rows = model.forward(state, &feed, Logits::All)?.to_vec();
-        stats.rounds += 1;
-        let mut kept = 0;
-        next = loop {
-            row.copy_from_slice(&rows[kept * v..(kept + 1) * v]);
-            if let Some(g) = guide.as_deref_mut() {
-                g.constrain(&mut row)?;
-            }
-            let p = sampler.distribution(&row);
-            if kept == draft.len() {
-                break draw(&p, sampler.uniform());
-            }
-            stats.drafted += 1;
-            let (x, qi) = (draft[kept], q.as_ref().map(|q| &q[kept][..]));
-            let (u1, u2) = (sampler.uniform(), sampler.uniform());
-            if let Err(t) = accept_or_resample(&p, qi, x, u1, u2) {
-                break t;
-            }
-            stats.accepted += 1;
-            kept += 1;
-            if !out.push(x, &mut on_text) {
-                break 'gen;
-            }
-            if let Some(g) = guide.as_deref_mut() {
-                g.consume(x)?;
-            }
-            sampler.accept(x);
-            hist.push(x);
-            if out.tokens.len() >= opts.max_tokens {
-                break 'gen;
-            }
+        let mut seq = Local {
+            sampler: &mut sampler,
+            guide: guide.as_deref_mut(),
+            row: &mut row,
+            out: &mut out,
+            hist: &mut hist,
+            on_text: &mut on_text,
+            max_tokens: opts.max_tokens,
         };
+        let (kept, t) = settle(&mut seq, &rows, v, &draft, q.as_deref(), &mut stats)?;
+        let Some(t) = t else {
+            break 'gen;
+        };
+        next = t;
         // keep next and the accepted draft; forget the rest
         rewind(model, state, pos0, &feed[..1 + kept])?;
     }
