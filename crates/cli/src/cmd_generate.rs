@@ -38,6 +38,9 @@ pub struct Args {
     /// Most tokens drafted per round.
     #[arg(long, default_value_t = 8)]
     draft_max: usize,
+    /// The draft model stops drafting where its top token's probability is under this.
+    #[arg(long, default_value_t = 0.75)]
+    draft_p_min: f32,
     /// Constrain the output to the JSON schema in this file (`{"type":"object"}`: any object).
     #[arg(long, group = "constraint")]
     json_schema: Option<std::path::PathBuf>,
@@ -113,6 +116,7 @@ pub fn run(a: Args) -> Result<()> {
                 state: Box::new(m.new_state(a.ctx, 512)),
                 fed: Vec::new(),
                 sampler: Box::new(Sampler::new(cfg)),
+                p_min: a.draft_p_min,
             })
         }
         (None, Some(_)) => Some(Drafter::Ngram { n: 3 }),

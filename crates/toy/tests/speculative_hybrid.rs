@@ -54,6 +54,7 @@ fn greedy_speculation_on_a_hybrid_equals_the_target_alone() {
             state: Box::new(draft.new_state(512, 64)),
             fed: Vec::new(),
             sampler: Box::new(Sampler::new(SamplerConfig::greedy())),
+            p_min: 0.0,
         },
     ];
     for (i, mut d) in drafters.into_iter().enumerate() {

@@ -21,12 +21,14 @@ use std::time::Instant;
 pub enum Drafter<'a> {
     /// Prompt lookup on the last `n` (down to 1) tokens.
     Ngram { n: usize },
-    /// A draft model, its state, the tokens that state holds, and its sampler.
+    /// A draft model, its state, the tokens that state holds, its sampler, and the least
+    /// probability of its top token to go on drafting (llama.cpp's `--draft-p-min`).
     Model {
         model: &'a Model,
         state: Box<State>,
         fed: Vec<u32>,
         sampler: Box<Sampler>,
+        p_min: f32,
     },
 }
 
@@ -83,6 +85,13 @@ pub struct SpecStats {
     pub accepted: usize,
     /// Batched target forwards (each yields accepted + 1 tokens).
     pub rounds: usize,
+}
+
+/// The softmax probability of the largest logit.
+fn top_prob(logits: &[f32]) -> f32 {
+    let m = logits.iter().copied().fold(f32::NEG_INFINITY, f32::max);
+    let sum: f32 = logits.iter().map(|&l| (l - m).exp()).sum();
+    1.0 / sum
 }
 
 /// `generate_speculative`'s side of a verify pass.
@@ -170,8 +179,9 @@ impl Drafter<'_> {
                 state,
                 fed,
                 sampler,
+                p_min,
             } => {
-                let (out, dists) = model_draft(model, state, fed, sampler, hist, k)?;
+                let (out, dists) = model_draft(model, state, fed, sampler, hist, k, *p_min)?;
                 Ok((out, Some(dists)))
             }
         }
@@ -180,7 +190,8 @@ impl Drafter<'_> {
 
 /// Up to `k` tokens a draft model samples after `hist`, with the distributions they came
 /// from. `state` holds the tokens `fed`; it keeps what it holds of `hist` (not the drafted
-/// tokens the target refused), takes the rest, then drafts.
+/// tokens the target refused), takes the rest, then drafts, stopping early where the
+/// draft's own top token has probability under `p_min` (a guess the target likely refuses).
 #[allow(clippy::type_complexity)]
 pub fn model_draft(
     model: &Model,
@@ -189,6 +200,7 @@ pub fn model_draft(
     sampler: &mut Sampler,
     hist: &[u32],
     k: usize,
+    p_min: f32,
 ) -> Result<(Vec<u32>, Vec<Vec<(u32, f64)>>), ModelError> {
     let same = fed.iter().zip(hist).take_while(|(a, b)| a == b).count();
     state.cache.truncate(same.min(hist.len() - 1));
@@ -201,6 +213,9 @@ pub fn model_draft(
     sampler.set_history(hist);
     let (mut out, mut dists) = (Vec::new(), Vec::new());
     while out.len() < k {
+        if !out.is_empty() && top_prob(&logits) < p_min {
+            break;
+        }
         let d = sampler.distribution(&logits);
         let id = draw(&d, sampler.uniform());
         sampler.accept(id);
