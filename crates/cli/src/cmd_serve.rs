@@ -49,6 +49,18 @@ pub struct Args {
     /// Prompt tokens prefilled per engine step (chunks start at multiples of it).
     #[arg(long, default_value_t = 64)]
     prefill_chunk: usize,
+    /// Speculative decoding with this draft model (the served models' vocabulary).
+    #[arg(long, conflicts_with = "spec")]
+    draft: Option<PathBuf>,
+    /// Speculative decoding without a draft model: `ngram` (prompt lookup).
+    #[arg(long, value_parser = ["ngram"])]
+    spec: Option<String>,
+    /// Most tokens drafted per round.
+    #[arg(long, default_value_t = 8)]
+    draft_max: usize,
+    /// The draft model stops drafting where its top token's probability is under this.
+    #[arg(long, default_value_t = 0.75)]
+    draft_p_min: f32,
 }
 
 #[derive(Clone, Copy, Debug)]
@@ -105,6 +117,12 @@ pub fn run(a: Args, threads: Option<usize>) -> Result<()> {
         queue: a.queue,
         prefill_chunk: a.prefill_chunk,
         threads,
+        spec: toy_serve::SpecConfig {
+            draft: a.draft,
+            ngram: a.spec.is_some(),
+            max: a.draft_max,
+            p_min: a.draft_p_min,
+        },
         ..ServeConfig::default()
     };
     toy_serve::run(cfg)?;

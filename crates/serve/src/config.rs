@@ -40,6 +40,30 @@ pub struct ServeConfig {
     pub threads: Option<usize>,
     /// What the `--keep-alive` idle timer reads (tests use a manual clock they move).
     pub clock: Clock,
+    /// Speculative decoding (`--draft`, `--spec ngram`).
+    pub spec: SpecConfig,
+}
+
+/// Speculative decoding settings: off when neither a draft nor prompt lookup is chosen.
+#[derive(Clone, Debug)]
+pub struct SpecConfig {
+    pub draft: Option<PathBuf>,
+    pub ngram: bool,
+    /// Most drafted tokens per round.
+    pub max: usize,
+    /// The draft model stops where its top token's probability is under this.
+    pub p_min: f32,
+}
+
+impl Default for SpecConfig {
+    fn default() -> Self {
+        Self {
+            draft: None,
+            ngram: false,
+            max: 8,
+            p_min: 0.75,
+        }
+    }
 }
 
 impl Default for ServeConfig {
@@ -64,6 +88,7 @@ impl Default for ServeConfig {
             body_limit: 4 << 20,
             threads: None,
             clock: Clock::real(),
+            spec: SpecConfig::default(),
         }
     }
 }

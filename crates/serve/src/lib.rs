@@ -56,7 +56,7 @@ mod server;
 mod telemetry;
 
 pub use clock::Clock;
-pub use config::ServeConfig;
+pub use config::{ServeConfig, SpecConfig};
 pub use error::{ApiError, ServeError};
 pub use server::{run, start, Server};
 

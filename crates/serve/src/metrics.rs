@@ -34,6 +34,9 @@ pub struct Metrics {
     decoded: Mutex<VecDeque<(Instant, usize)>>,
     /// Counts per bucket (last: +Inf), sum in seconds, count.
     ttft: Mutex<([u64; 11], f64, u64)>,
+    /// Speculative decoding: drafted tokens verified, and those kept.
+    pub spec_drafted: AtomicU64,
+    pub spec_accepted: AtomicU64,
 }
 
 impl Metrics {
@@ -73,6 +76,13 @@ impl Metrics {
             h.1 += s;
             h.2 += 1;
         }
+    }
+
+    pub fn record_spec(&self, drafted: usize, accepted: usize) {
+        self.spec_drafted
+            .fetch_add(drafted as u64, Ordering::Relaxed);
+        self.spec_accepted
+            .fetch_add(accepted as u64, Ordering::Relaxed);
     }
 
     pub fn record_decode(&self, n: usize) {
@@ -136,6 +146,16 @@ impl Metrics {
                 "toy_cancelled_sequences_total",
                 "Sequences ended because the client went away.",
                 &self.cancelled,
+            ),
+            (
+                "toy_spec_drafted_tokens_total",
+                "Drafted tokens the target verified (speculative decoding).",
+                &self.spec_drafted,
+            ),
+            (
+                "toy_spec_accepted_tokens_total",
+                "Drafted tokens the target kept (speculative decoding).",
+                &self.spec_accepted,
             ),
         ];
         for (name, help, v) in counters {

@@ -126,6 +126,27 @@ struct Prepared {
     runtime: tokio::runtime::Runtime,
 }
 
+/// The draft model loaded, when speculative decoding is asked for.
+#[allow(clippy::type_complexity)]
+fn spec_options(
+    cfg: &ServeConfig,
+) -> Result<Option<(Option<Arc<toy::model::Model>>, usize, f32)>, ServeError> {
+    let s = &cfg.spec;
+    if s.draft.is_none() && !s.ngram {
+        return Ok(None);
+    }
+    if s.max == 0 {
+        return Err(ServeError::Config("--draft-max must be at least 1".into()));
+    }
+    let draft = match &s.draft {
+        None => None,
+        Some(p) => Some(Arc::new(toy::model::Model::open(p).map_err(|e| {
+            ServeError::Config(format!("draft model '{}': {e}", p.display()))
+        })?)),
+    };
+    Ok(Some((draft, s.max, s.p_min)))
+}
+
 fn prepare(cfg: ServeConfig) -> Result<Prepared, ServeError> {
     if cfg.parallel == 0 || cfg.queue == 0 || cfg.prefill_chunk == 0 {
         return Err(ServeError::Config(
@@ -152,6 +173,7 @@ fn prepare(cfg: ServeConfig) -> Result<Prepared, ServeError> {
             max_queue: cfg.queue,
             keep_alive: cfg.keep_alive,
             threads: cfg.threads,
+            spec: spec_options(&cfg)?,
         },
         registry.clone(),
         metrics.clone(),

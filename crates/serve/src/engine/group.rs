@@ -13,6 +13,7 @@
 
 use super::logprob::token_logprob;
 use super::seq::{Outcome, Seq};
+use super::spec::{SlotDraft, Spec};
 use super::{Event, FinishReason, SeqDone};
 use crate::models::LoadedModel;
 use rayon::prelude::*;
@@ -33,15 +34,20 @@ pub struct Slot {
     pub seq: Option<Seq>,
     /// When the slot last finished a sequence (least recently used goes first).
     pub freed: Instant,
+    /// The draft model's cache of this slot (speculative decoding with a draft).
+    pub draft: Option<SlotDraft>,
 }
 
 pub struct Group {
     pub model: Arc<LoadedModel>,
     pub slots: Vec<Slot>,
     /// Activation buffers shared by all slots (its own cache is unused).
-    scratch: State,
+    pub(super) scratch: State,
     /// Reused copy of one row of logits for sampling with bias or penalties.
-    buf: Vec<f32>,
+    pub(super) buf: Vec<f32>,
+    /// Speculative decoding, when on; the draft model's activation buffers.
+    pub(super) spec: Option<Spec>,
+    pub(super) draft_scratch: Option<State>,
     /// Decode steps move to one thread while another process holds a core; one chooser per
     /// power-of-two batch size (1, 2-3, 4-7, ...), since it compares timings of like jobs.
     pools: Vec<Adaptive>,
@@ -78,7 +84,7 @@ pub fn resume_point(p: usize, len: usize, chunk: usize) -> usize {
 }
 
 impl Group {
-    pub fn new(model: Arc<LoadedModel>, parallel: usize, chunk: usize) -> Self {
+    pub fn new(model: Arc<LoadedModel>, parallel: usize, chunk: usize, spec: Option<Spec>) -> Self {
         let n_batch = chunk.max(parallel).max(1);
         let scratch = model.model.new_state(n_batch, n_batch);
         let slots = (0..parallel.max(1))
@@ -88,6 +94,7 @@ impl Group {
                 lora: Vec::new(),
                 seq: None,
                 freed: Instant::now(),
+                draft: None,
             })
             .collect();
         Self {
@@ -95,6 +102,8 @@ impl Group {
             slots,
             scratch,
             buf: Vec::new(),
+            spec,
+            draft_scratch: None,
             pools: (0..=parallel.max(1).ilog2())
                 .map(|_| Adaptive::new())
                 .collect(),
@@ -169,7 +178,9 @@ impl Group {
         if let Err(e) = self.prefill_one(&mut done) {
             self.fail_all(&e, &mut done);
         }
-        let r = self.decode_all(&mut done);
+        let r = self
+            .speculate(&mut done)
+            .and_then(|(skip, n)| Ok(n + self.decode_all(&mut done, &skip)?));
         match r {
             Ok(n) => (done, n),
             Err(e) => {
@@ -301,7 +312,7 @@ impl Group {
     }
 
     /// One token for every slot with a sampled token to feed, in one batched pass.
-    fn decode_all(&mut self, done: &mut Vec<SeqDone>) -> Result<usize, ModelError> {
+    fn decode_all(&mut self, done: &mut Vec<SeqDone>, skip: &[usize]) -> Result<usize, ModelError> {
         let Self {
             model,
             slots,
@@ -321,6 +332,9 @@ impl Group {
             let Some(q) = s.seq.as_mut().filter(|q| q.next.is_some()) else {
                 continue;
             };
+            if skip.contains(&i) {
+                continue;
+            }
             let Seq {
                 job,
                 next,

@@ -8,6 +8,7 @@ mod ended;
 mod group;
 pub mod logprob;
 mod seq;
+mod spec;
 pub mod text;
 
 pub use ended::Ended;
@@ -28,6 +29,8 @@ use text::TextStream;
 use tokio::sync::{mpsc, oneshot};
 use toy::infer::constrain::Guide;
 use toy::infer::sampler::{Sampler, SamplerConfig};
+use toy::infer::speculative::check_draft_vocab;
+use toy::model::Model;
 
 /// How a sequence ended.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -225,6 +228,9 @@ pub struct EngineOptions {
     pub max_queue: usize,
     pub keep_alive: Option<Duration>,
     pub threads: Option<usize>,
+    /// Speculative decoding: the draft model (`None`: prompt lookup), most drafted tokens,
+    /// the draft's p_min; `None` for off.
+    pub spec: Option<(Option<Arc<Model>>, usize, f32)>,
 }
 
 /// Start the engine thread.
@@ -352,6 +358,7 @@ impl Engine {
                         first_token: None,
                         guide: job.params.guide.as_ref().map(SharedGuide::fork),
                         mask: None,
+                        draft_sampler: None,
                     });
                 }
             }
@@ -373,7 +380,12 @@ impl Engine {
         while let Some(seq) = self.waiting.pop_front() {
             let model = seq.job.model.clone();
             let group = self.groups.entry(model.id.clone()).or_insert_with(|| {
-                Group::new(model.clone(), self.opts.parallel, self.opts.prefill_chunk)
+                Group::new(
+                    model.clone(),
+                    self.opts.parallel,
+                    self.opts.prefill_chunk,
+                    spec_for(&self.opts, &model),
+                )
             });
             if !Arc::ptr_eq(&group.model, &model) {
                 // the model was reloaded: the old slots go once they are idle
@@ -381,7 +393,13 @@ impl Engine {
                     still.push_back(seq);
                     continue;
                 }
-                *group = Group::new(model.clone(), self.opts.parallel, self.opts.prefill_chunk);
+                let spec = spec_for(&self.opts, &model);
+                *group = Group::new(
+                    model.clone(),
+                    self.opts.parallel,
+                    self.opts.prefill_chunk,
+                    spec,
+                );
             }
             let blocked = still
                 .iter()
@@ -445,4 +463,17 @@ fn embed(m: &LoadedModel, inputs: &[Vec<u32>], chunk: usize) -> Result<Vec<Vec<f
         out.push(mean.iter().map(|x| (x / norm) as f32).collect());
     }
     Ok(out)
+}
+
+/// The drafter for `model`'s slots: none when speculation is off, or when the draft
+/// does not share the model's vocabulary (said once on stderr).
+fn spec_for(opts: &EngineOptions, model: &LoadedModel) -> Option<spec::Spec> {
+    let (draft, max, p_min) = opts.spec.clone()?;
+    if let Some(d) = &draft {
+        if let Err(e) = check_draft_vocab(&model.model.file, &d.file) {
+            eprintln!("toy serve: no speculative decoding for '{}': {e}", model.id);
+            return None;
+        }
+    }
+    Some(spec::Spec { draft, max, p_min })
 }

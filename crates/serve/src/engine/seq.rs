@@ -34,6 +34,8 @@ pub struct Seq {
     /// logits the running step makes (computed while it runs; `None`: compute when needed).
     pub guide: Option<Guide>,
     pub mask: Option<Mask>,
+    /// The draft model's sampler (speculative decoding with a draft), made on first use.
+    pub draft_sampler: Option<Sampler>,
 }
 
 /// What a sampled token did to its sequence.
@@ -91,6 +93,13 @@ impl Seq {
                 self.sampler.sample_in_place(buf)
             }
         };
+        self.emit(m, id, logits, room)
+    }
+
+    /// Hand `id`, chosen from `logits` (for its logprob), to the client: end of generation,
+    /// the constraint, stop strings, the length limit. `room`: whether the cache can take
+    /// one more position after it.
+    pub fn emit(&mut self, m: &LoadedModel, id: u32, logits: &[f32], room: bool) -> Outcome {
         if m.tok.is_eog(id) {
             return Outcome::Finished(FinishReason::Eog);
         }
@@ -222,6 +231,7 @@ mod tests {
             first_token: None,
             guide: None,
             mask: None,
+            draft_sampler: None,
         };
         seq.finish(FinishReason::Length);
         let mut saw_done = false;

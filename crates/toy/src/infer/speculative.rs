@@ -134,7 +134,12 @@ impl<F: FnMut(&str)> Verify for Local<'_, '_, F> {
 /// Leave `state` holding `kept` after its first `pos0` positions, the tokens of a verify
 /// pass it keeps: attention layers truncate, recurrent layers go back to the mark at `pos0`
 /// and take the kept tokens again.
-pub fn rewind(model: &Model, state: &mut State, pos0: usize, kept: &[u32]) -> Result<(), ModelError> {
+pub fn rewind(
+    model: &Model,
+    state: &mut State,
+    pos0: usize,
+    kept: &[u32],
+) -> Result<(), ModelError> {
     let end = pos0 + kept.len();
     state.cache.truncate(end);
     let at = state.cache.pos;
