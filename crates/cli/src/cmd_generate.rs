@@ -156,6 +156,10 @@ pub fn run(a: Args) -> Result<()> {
             "decode_tok_s": g.decode_tok_s(),
             "seed": seed,
             "spec": spec,
+            "constraint": guide.as_ref().map(|g| {
+                let (masks, us) = g.mask_cost();
+                serde_json::json!({"masks": masks, "mask_us_mean": us})
+            }),
         });
         writeln!(out, "{v}")?;
     } else {

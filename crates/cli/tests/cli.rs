@@ -663,6 +663,10 @@ fn generate_follows_a_json_schema_or_regex_and_speculation_keeps_the_constrained
         "{v}"
     );
     assert_eq!(plain["finish_reason"], "stop");
+    assert!(
+        plain["constraint"]["masks"].as_u64().unwrap()
+            >= plain["ids"].as_array().unwrap().len() as u64
+    );
     for spec in [&["--spec", "ngram"][..], &["--draft", &m][..]] {
         let mut extra = vec!["--json-schema", s];
         extra.extend_from_slice(spec);

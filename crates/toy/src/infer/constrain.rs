@@ -207,7 +207,11 @@ impl Grammars {
                 msg: first_line(&msg),
             });
         }
-        Ok(Guide { matcher })
+        Ok(Guide {
+            matcher,
+            masks: 0,
+            mask_secs: 0.0,
+        })
     }
 }
 
@@ -233,6 +237,9 @@ impl Mask {
 /// One sequence's place in its constraint.
 pub struct Guide {
     matcher: Matcher,
+    /// Masks computed and the seconds they took.
+    masks: usize,
+    mask_secs: f64,
 }
 
 impl Guide {
@@ -240,15 +247,27 @@ impl Guide {
     pub fn fork(&self) -> Guide {
         Guide {
             matcher: self.matcher.deep_clone(),
+            masks: 0,
+            mask_secs: 0.0,
         }
     }
 
     /// The tokens allowed next (end-of-generation ones once the output is complete).
     pub fn mask(&mut self) -> Result<Mask, ConstrainError> {
-        self.matcher
+        let t = std::time::Instant::now();
+        let m = self
+            .matcher
             .compute_mask_or_eos()
             .map(Mask)
-            .map_err(|e| ConstrainError::Matcher(e.to_string()))
+            .map_err(|e| ConstrainError::Matcher(e.to_string()));
+        self.masks += 1;
+        self.mask_secs += t.elapsed().as_secs_f64();
+        m
+    }
+
+    /// How many masks were computed, and their mean time in microseconds.
+    pub fn mask_cost(&self) -> (usize, f64) {
+        (self.masks, 1e6 * self.mask_secs / self.masks.max(1) as f64)
     }
 
     /// Set every token `mask` does not allow to -inf in `logits` (V).
