@@ -113,3 +113,47 @@ async fn a_second_hybrid_chat_turn_reuses_the_cached_prefix_and_answers_as_a_col
         assert_eq!(text(&again), text(&second), "resumed == cold");
     }
 }
+
+/// Speculation on a hybrid in the server: refused drafts send the slot's recurrent layers back
+/// to the mark taken before the verify pass, so greedy replies stay the plain server's.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn speculation_on_a_hybrid_keeps_the_plain_replies() {
+    let plain = start(hybrid_config(2));
+    let prompts = [
+        "Repeat: red green blue red green blue red green blue",
+        PROMPTS[0],
+    ];
+    let mut want = Vec::new();
+    for p in prompts {
+        let (st, v) = post(&plain, "/v1/chat/completions", &chat(p, 40)).await;
+        assert_eq!(st, 200, "{v}");
+        want.push(text(&v));
+    }
+    drop(plain);
+    for spec in [
+        toy_serve::SpecConfig {
+            ngram: true,
+            ..Default::default()
+        },
+        toy_serve::SpecConfig {
+            draft: Some(hybrid_model()),
+            max: 4,
+            ..Default::default()
+        },
+    ] {
+        let mut cfg = hybrid_config(2);
+        cfg.spec = spec.clone();
+        let s = start(cfg);
+        for (p, w) in prompts.iter().zip(&want) {
+            let (st, v) = post(&s, "/v1/chat/completions", &chat(p, 40)).await;
+            assert_eq!(st, 200, "{v}");
+            if exact_kernels() {
+                assert_eq!(&text(&v), w, "{spec:?} changed the reply to {p:?}");
+            }
+        }
+        assert!(
+            metric(&s, "toy_spec_drafted_tokens_total").await > 0.0,
+            "{spec:?}"
+        );
+    }
+}

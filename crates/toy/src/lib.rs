@@ -7,6 +7,7 @@ pub mod durable;
 pub mod eval;
 pub mod finetune;
 pub mod gguf;
+pub mod images;
 pub mod infer;
 pub mod model;
 pub mod quantize;
