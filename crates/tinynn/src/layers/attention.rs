@@ -1,4 +1,4 @@
-//! Causal self-attention with grouped-query heads (GQA, Ainslie et al. 2023), fused in the
+//! Self-attention (causal, or bidirectional for encoders) with grouped-query heads (GQA, Ainslie et al. 2023), fused in the
 //! manner of FlashAttention (Dao et al. 2022): the forward walks the keys in blocks with an
 //! online softmax and keeps only the log-sum-exp of each query row; the backward recomputes
 //! the probabilities from it, so no (T, T) matrix is ever stored.
@@ -23,6 +23,9 @@ pub struct Attention {
     pub n_head: usize,
     pub n_kv_head: usize,
     pub head_dim: usize,
+    /// Each query sees the keys up to its own position (decoders) or all of its sequence
+    /// (encoders: ViT's patches and CLS token).
+    pub causal: bool,
 }
 
 impl Attention {
@@ -39,6 +42,15 @@ impl Attention {
             n_head,
             n_kv_head,
             head_dim,
+            causal: true,
+        }
+    }
+
+    /// The same heads without the causal mask.
+    pub fn bidirectional(self) -> Self {
+        Self {
+            causal: false,
+            ..self
         }
     }
 
@@ -60,6 +72,7 @@ impl Attention {
             d,
             t,
             scale: 1.0 / (d as f32).sqrt(),
+            causal: self.causal,
         }
     }
 
@@ -210,7 +223,8 @@ mod tests {
                     let row = |r: usize, off: usize| {
                         &qkv[(bi * t + r) * s + off..(bi * t + r) * s + off + d]
                     };
-                    let sc: Vec<f64> = (0..=i)
+                    let seen = if a.causal { i + 1 } else { t };
+                    let sc: Vec<f64> = (0..seen)
                         .map(|r| {
                             row(i, j.q)
                                 .iter()
@@ -237,8 +251,12 @@ mod tests {
     #[test]
     fn attention_forward_matches_naive_softmax() {
         // t = 20: one query tile; t = 70 > QB: several, and the causal mask inside a tile
-        for t in [20, 70] {
-            let a = Attention::new(4, 2, 8);
+        for (t, a) in [20, 70].into_iter().flat_map(|t| {
+            [
+                (t, Attention::new(4, 2, 8)),
+                (t, Attention::new(4, 2, 8).bidirectional()),
+            ]
+        }) {
             let b = 2;
             let qkv: Vec<f32> = test_data(b * t * a.qkv_width(), 1)
                 .iter()
@@ -248,7 +266,11 @@ mod tests {
             a.forward(&qkv, &mut out, &mut lse, b, t);
             let want = naive(&a, &qkv, b, t);
             for (x, y) in out.iter().zip(&want) {
-                assert!((*x as f64 - y).abs() < 1e-5, "t = {t}: {x} vs {y}");
+                assert!(
+                    (*x as f64 - y).abs() < 1e-5,
+                    "t = {t}, causal {}: {x} vs {y}",
+                    a.causal
+                );
             }
         }
     }
@@ -256,8 +278,14 @@ mod tests {
     #[test]
     fn attention_backward_matches_finite_differences() {
         // one tile (t = 5) and several (t = 70 > QB)
-        for (b, t) in [(2, 5), (1, 70)] {
-            let a = Attention::new(4, 2, 4);
+        let kinds = [
+            Attention::new(4, 2, 4),
+            Attention::new(4, 2, 4).bidirectional(),
+        ];
+        for (b, t, a) in [(2, 5), (1, 70)]
+            .into_iter()
+            .flat_map(|(b, t)| kinds.map(|a| (b, t, a)))
+        {
             let s = a.qkv_width();
             let qkv: Vec<f32> = test_data(b * t * s, 2).iter().map(|v| 2.0 * v).collect();
             let dy = test_data(b * t * 16, 3);

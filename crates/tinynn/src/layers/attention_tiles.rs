@@ -27,6 +27,8 @@ pub(crate) struct HeadJob {
     pub d: usize,
     pub t: usize,
     pub scale: f32,
+    /// Row i sees keys 0..=i (language models) or all T keys (encoders such as ViT).
+    pub causal: bool,
 }
 
 thread_local! {
@@ -39,12 +41,14 @@ fn with_scratch<R>(len: usize, f: impl FnOnce(&mut [f32]) -> R) -> R {
 }
 
 multiversion! {
-    /// Rows of scores (qb, nk) -> causal softmax probabilities in place; row i sees keys
-    /// 0..=i0+i. Writes each row's log-sum-exp. Whole rows with the masked part at -inf (exp
-    /// gives exactly 0 there), so every loop runs over full vectors.
-    fn softmax_rows(s: &mut [f32], nk: usize, i0: usize, lse: &mut [f32]) {
+    /// Rows of scores (qb, nk) -> softmax probabilities in place; with `causal` row i sees
+    /// keys 0..=i0+i. Writes each row's log-sum-exp. Whole rows with the masked part at -inf
+    /// (exp gives exactly 0 there), so every loop runs over full vectors.
+    fn softmax_rows(s: &mut [f32], nk: usize, i0: usize, lse: &mut [f32], causal: bool) {
         for (i, (row, l)) in s.chunks_exact_mut(nk).zip(lse.iter_mut()).enumerate() {
-            row[i0 + i + 1..].fill(f32::NEG_INFINITY);
+            if causal {
+                row[i0 + i + 1..].fill(f32::NEG_INFINITY);
+            }
             let m = max16(row);
             let sum = exp_sum16(row, m);
             let inv = 1.0 / sum;
@@ -57,9 +61,19 @@ multiversion! {
 multiversion! {
     /// Scores (qb, nk) -> P = exp(S - lse) (0 where masked) in `s`; dP (qb, nk) -> dS = P (dP - D)
     /// in `dp`, with D_i = dO_i . O_i.
-    fn grad_rows(s: &mut [f32], dp: &mut [f32], nk: usize, i0: usize, lse: &[f32], di: &[f32]) {
+    fn grad_rows(
+        s: &mut [f32],
+        dp: &mut [f32],
+        nk: usize,
+        i0: usize,
+        lse: &[f32],
+        di: &[f32],
+        causal: bool,
+    ) {
         for (i, (row, drow)) in s.chunks_exact_mut(nk).zip(dp.chunks_exact_mut(nk)).enumerate() {
-            row[i0 + i + 1..].fill(f32::NEG_INFINITY);
+            if causal {
+                row[i0 + i + 1..].fill(f32::NEG_INFINITY);
+            }
             let (l, d) = (lse[i], di[i]);
             for (x, g) in row.iter_mut().zip(drow.iter_mut()) {
                 let p = exp_approx(*x - l);
@@ -73,6 +87,15 @@ multiversion! {
 /// One (sequence, query head): qkv holds the sequence's T rows, out its T output rows
 /// (written through `out`), lse its T log-sum-exps.
 impl HeadJob {
+    /// The keys the query tile starting at row i0 sees: up to its last row when causal.
+    fn keys(&self, i0: usize) -> usize {
+        if self.causal {
+            (i0 + QB).min(self.t)
+        } else {
+            self.t
+        }
+    }
+
     /// S = scale Q K^T for query rows i0..i0+qb against keys 0..nk: (qb, nk) into s. Forward
     /// and backward both compute it (flash attention recomputes rather than stores it).
     ///
@@ -113,14 +136,14 @@ pub(crate) fn head_forward(qkv: &[f32], job: HeadJob, out: SendPtr, lse: &mut [f
     let (st, os) = (stride as isize, out_stride as isize);
     with_scratch(QB.min(t) * t, |s| {
         for i0 in (0..t).step_by(QB) {
-            let (qb, nk) = ((t - i0).min(QB), (i0 + QB).min(t));
+            let (qb, nk) = ((t - i0).min(QB), job.keys(i0));
             let s = &mut s[..qb * nk];
             // SAFETY: Q rows i0..i0+qb and K / V rows 0..nk lie inside qkv (checked above); the
             // output rows i0..i0+qb, columns o..o+d, belong to this task.
             unsafe {
                 // (qb, D) x (D, nk) -> (qb, nk)
                 job.scores(qkv, i0, qb, nk, s);
-                softmax_rows(s, nk, i0, &mut lse[i0..i0 + qb]);
+                softmax_rows(s, nk, i0, &mut lse[i0..i0 + qb], job.causal);
                 // (qb, nk) x (nk, D) -> (qb, D)
                 let dst = out.get().add(i0 * out_stride + o);
                 gemm_strided(
@@ -164,6 +187,7 @@ pub(crate) fn head_backward(
         d,
         t,
         scale,
+        causal,
     } = job;
     assert!(
         qkv.len() >= t * stride
@@ -175,7 +199,7 @@ pub(crate) fn head_backward(
     let mut di = [0f32; QB];
     with_scratch(2 * QB.min(t) * t, |buf| {
         for i0 in (0..t).step_by(QB) {
-            let (qb, nk) = ((t - i0).min(QB), (i0 + QB).min(t));
+            let (qb, nk) = ((t - i0).min(QB), job.keys(i0));
             let (s, dp) = buf.split_at_mut(qb * nk);
             let dp = &mut dp[..qb * nk];
             for (i, x) in di[..qb].iter_mut().enumerate() {
@@ -205,7 +229,7 @@ pub(crate) fn head_backward(
                     1.0,
                     Parallelism::None,
                 );
-                grad_rows(s, dp, nk, i0, &lse[i0..i0 + qb], &di[..qb]);
+                grad_rows(s, dp, nk, i0, &lse[i0..i0 + qb], &di[..qb], causal);
                 // dQ = scale dS K: (qb, nk) x (nk, D)
                 let dq = dqkv.get().add(i0 * stride + q);
                 gemm_strided(
