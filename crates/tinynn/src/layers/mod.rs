@@ -14,6 +14,7 @@ mod attention_tiles;
 pub mod cross_entropy;
 pub mod dropout;
 pub mod embedding;
+pub mod encoder;
 pub mod gdn;
 pub mod layernorm;
 pub mod linear;
