@@ -13,3 +13,4 @@ pub mod model;
 pub mod quantize;
 pub mod tokenizer;
 pub mod train;
+pub mod vision;

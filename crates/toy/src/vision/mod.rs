@@ -1,0 +1,5 @@
+//! Image classification on the engine: a Vision Transformer (Dosovitskiy et al. 2021) whose
+//! blocks are `tinynn`'s encoder blocks, and its batches (`batch.rs`).
+
+pub mod batch;
+pub mod vit;
