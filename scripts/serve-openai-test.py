@@ -278,9 +278,10 @@ def main():
             ("empty messages", lambda: client.chat.completions.create(model=model, messages=[])),
             ("unknown role", lambda: client.chat.completions.create(
                 model=model, messages=[{"role": "wizard", "content": "hi"}])),
-            ("unsupported tools", lambda: client.chat.completions.create(
+            ("a tool_choice naming no tool", lambda: client.chat.completions.create(
                 model=model, messages=CHAT, max_tokens=4,
-                tools=[{"type": "function", "function": {"name": "f", "parameters": {"type": "object"}}}])),
+                tools=[{"type": "function", "function": {"name": "f", "parameters": {"type": "object"}}}],
+                tool_choice={"type": "function", "function": {"name": "g"}})),
             ("negative max_tokens", lambda: client.chat.completions.create(model=model, messages=CHAT, max_tokens=-1)),
         ]
         for what, call in cases:
@@ -288,8 +289,8 @@ def main():
                 call()
             except openai.BadRequestError as e:
                 assert e.status_code == 400 and e.message, (what, e)
-                if what == "unsupported tools":
-                    assert "tools" in str(e.message), f"the 400 does not name the field: {e.message}"
+                if what == "a tool_choice naming no tool":
+                    assert "tool_choice" in str(e.message), f"the 400 does not name the field: {e.message}"
             else:
                 raise AssertionError(f"{what}: no 400")
         # and the server still answers
