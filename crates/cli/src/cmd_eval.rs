@@ -24,6 +24,8 @@ pub enum EvalCmd {
     Kld(KldArgs),
     /// Multiple-choice accuracy (llama-perplexity --hellaswag's normalised log-likelihood).
     Choice(ChoiceArgs),
+    /// A trained image classifier's accuracy (top-1, top-5, per class, confusion matrix).
+    Images(crate::cmd_vision::EvalImagesArgs),
 }
 
 #[derive(clap::Args)]
@@ -49,6 +51,7 @@ pub fn run(c: EvalCmd) -> Result<()> {
         EvalCmd::Drift(a) => crate::cmd_compare::run_drift(a),
         EvalCmd::Kld(a) => crate::cmd_eval_kld::run(a),
         EvalCmd::Choice(a) => crate::cmd_eval_choice::run(a),
+        EvalCmd::Images(a) => crate::cmd_vision::eval_images(a),
     }
 }
 

@@ -37,7 +37,94 @@ pub struct Args {
     checkpoint_start: bool,
 }
 
+/// A recipe with a `[vit]` table trains the image classifier (`toy::vision`).
+fn is_vit(path: &std::path::Path) -> bool {
+    std::fs::read_to_string(path).is_ok_and(|t| toy::vision::train::is_vit_recipe(&t))
+}
+
+fn run_vit(a: &Args, path: &std::path::Path) -> Result<()> {
+    use anyhow::Context;
+    let text =
+        std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
+    let recipe = toy::vision::train::VitRecipe::from_toml(&text)
+        .map_err(|e| anyhow::anyhow!("recipe {}: {e}", path.display()))?;
+    if !recipe.data.dir.join("meta.json").exists() {
+        bail!(
+            "no image shards in {} (make them with `toy data images --out {}`)",
+            recipe.data.dir.display(),
+            recipe.data.dir.display()
+        );
+    }
+    let stamp = chrono_stamp();
+    let run = a.runs_dir.join(format!("{stamp}-{}", recipe.name));
+    let c = &recipe.vit;
+    eprintln!(
+        "run {} (ViT {}x{} patch {}, width {}, {} blocks, {} heads, {:.2}M parameters; {} steps of {} images)",
+        run.display(),
+        c.image,
+        c.image,
+        c.patch,
+        c.width,
+        c.depth,
+        c.heads,
+        c.n_params() as f64 / 1e6,
+        recipe.train.steps,
+        recipe.train.batch
+    );
+    let mut bar = RunBar::new(recipe.train.steps);
+    let out = toy::vision::train::train(&recipe, &run, |e| {
+        bar.observe(e, |step, loss, sample| {
+            format!("step {step}: val loss {loss:.4}, {sample}")
+        })
+    });
+    bar.pb.finish_and_clear();
+    let out = out.map_err(|e| anyhow::anyhow!(e))?;
+    println!(
+        "{} after {} steps: val accuracy {:.2}%{}",
+        run.display(),
+        out.steps,
+        100.0 * out.val_accuracy,
+        out.test_accuracy.map_or(String::new(), |t| format!(
+            ", test accuracy {:.2}%",
+            100.0 * t
+        ))
+    );
+    println!("checkpoint: {}", out.checkpoint.display());
+    Ok(())
+}
+
+/// `YYYYmmdd-HHMMSS` (UTC) for a run folder's name.
+fn chrono_stamp() -> String {
+    let t = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs());
+    let (days, rem) = (t / 86400, t % 86400);
+    // civil from days (Howard Hinnant's algorithm)
+    let z = days as i64 + 719468;
+    let era = z.div_euclid(146097);
+    let doe = z - era * 146097;
+    let yoe = (doe - doe / 1460 + doe / 36524 - doe / 146096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let d = doy - (153 * mp + 2) / 5 + 1;
+    let m = if mp < 10 { mp + 3 } else { mp - 9 };
+    let y = yoe + era * 400 + i64::from(m <= 2);
+    format!(
+        "{y:04}{m:02}{d:02}-{:02}{:02}{:02}",
+        rem / 3600,
+        rem / 60 % 60,
+        rem % 60
+    )
+}
+
 pub fn run(a: Args) -> Result<()> {
+    if let Some(path) = a
+        .recipe
+        .as_ref()
+        .filter(|p| a.resume.is_none() && is_vit(p))
+    {
+        return run_vit(&a, &path.clone());
+    }
     let (existing, recipe) = match (&a.resume, &a.recipe) {
         (Some(dir), _) => {
             let (run, recipe) = RunDir::open(dir)?;

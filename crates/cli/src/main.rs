@@ -21,6 +21,7 @@ mod cmd_tap;
 mod cmd_template;
 mod cmd_tokenize;
 mod cmd_train;
+mod cmd_vision;
 mod common;
 mod progress;
 
@@ -68,6 +69,8 @@ enum Cmd {
     Merge(cmd_merge::Args),
     /// Measure prefill and decode speed (as llama-bench).
     Bench(cmd_bench::Args),
+    /// The top classes of image files under a trained image classifier.
+    Classify(cmd_vision::ClassifyArgs),
     /// Prepare training data.
     #[command(subcommand)]
     Data(cmd_data::DataCmd),
@@ -136,6 +139,7 @@ fn run(cmd: Cmd) -> anyhow::Result<()> {
         Cmd::Finetune(a) => cmd_finetune::run(a),
         Cmd::Merge(a) => cmd_merge::run(a),
         Cmd::Bench(a) => cmd_bench::run(a),
+        Cmd::Classify(a) => cmd_vision::classify(a),
         Cmd::Data(c) => cmd_data::run(c),
         Cmd::Train(a) => cmd_train::run(a),
         Cmd::Runs(a) => cmd_runs::run(a),

@@ -2,4 +2,7 @@
 //! blocks are `tinynn`'s encoder blocks, and its batches (`batch.rs`).
 
 pub mod batch;
+pub mod checkpoint;
+pub mod eval;
+pub mod train;
 pub mod vit;
