@@ -29,18 +29,8 @@ pub struct Args {
     stop: Vec<String>,
     #[command(flatten)]
     sampling: SamplingArgs,
-    /// Speculative decoding with this draft model (the target's vocabulary).
-    #[arg(long, conflicts_with = "spec")]
-    draft: Option<std::path::PathBuf>,
-    /// Speculative decoding without a draft model: `ngram` (prompt lookup).
-    #[arg(long, value_parser = ["ngram"])]
-    spec: Option<String>,
-    /// Most tokens drafted per round.
-    #[arg(long, default_value_t = 8)]
-    draft_max: usize,
-    /// The draft model stops drafting where its top token's probability is under this.
-    #[arg(long, default_value_t = 0.75)]
-    draft_p_min: f32,
+    #[command(flatten)]
+    spec: crate::common::SpecArgs,
     /// Constrain the output to the JSON schema in this file (`{"type":"object"}`: any object).
     #[arg(long, group = "constraint")]
     json_schema: Option<std::path::PathBuf>,
@@ -97,7 +87,7 @@ pub fn run(a: Args) -> Result<()> {
             let _ = out.flush();
         }
     };
-    let draft_model = match &a.draft {
+    let draft_model = match &a.spec.draft {
         Some(p) => {
             let f = open_gguf(p)?;
             check_draft_vocab(&*a.model.gguf()?, &f)
@@ -106,7 +96,7 @@ pub fn run(a: Args) -> Result<()> {
         }
         None => None,
     };
-    let mut drafter = match (&draft_model, &a.spec) {
+    let mut drafter = match (&draft_model, &a.spec.spec) {
         (Some(m), _) => {
             // the draft samples with the target's settings from a generator of its own
             let mut cfg = opts.sampler.clone();
@@ -116,7 +106,7 @@ pub fn run(a: Args) -> Result<()> {
                 state: Box::new(m.new_state(a.ctx, 512)),
                 fed: Vec::new(),
                 sampler: Box::new(Sampler::new(cfg)),
-                p_min: a.draft_p_min,
+                p_min: a.spec.draft_p_min,
             })
         }
         (None, Some(_)) => Some(Drafter::Ngram { n: 3 }),
@@ -135,7 +125,7 @@ pub fn run(a: Args) -> Result<()> {
                 &ids,
                 &opts,
                 d,
-                a.draft_max,
+                a.spec.draft_max,
                 guide.as_mut(),
                 show,
             )?;

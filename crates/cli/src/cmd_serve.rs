@@ -49,18 +49,8 @@ pub struct Args {
     /// Prompt tokens prefilled per engine step (chunks start at multiples of it).
     #[arg(long, default_value_t = 64)]
     prefill_chunk: usize,
-    /// Speculative decoding with this draft model (the served models' vocabulary).
-    #[arg(long, conflicts_with = "spec")]
-    draft: Option<PathBuf>,
-    /// Speculative decoding without a draft model: `ngram` (prompt lookup).
-    #[arg(long, value_parser = ["ngram"])]
-    spec: Option<String>,
-    /// Most tokens drafted per round.
-    #[arg(long, default_value_t = 8)]
-    draft_max: usize,
-    /// The draft model stops drafting where its top token's probability is under this.
-    #[arg(long, default_value_t = 0.75)]
-    draft_p_min: f32,
+    #[command(flatten)]
+    spec: crate::common::SpecArgs,
 }
 
 #[derive(Clone, Copy, Debug)]
@@ -118,10 +108,10 @@ pub fn run(a: Args, threads: Option<usize>) -> Result<()> {
         prefill_chunk: a.prefill_chunk,
         threads,
         spec: toy_serve::SpecConfig {
-            draft: a.draft,
-            ngram: a.spec.is_some(),
-            max: a.draft_max,
-            p_min: a.draft_p_min,
+            draft: a.spec.draft,
+            ngram: a.spec.spec.is_some(),
+            max: a.spec.draft_max,
+            p_min: a.spec.draft_p_min,
         },
         ..ServeConfig::default()
     };

@@ -55,8 +55,7 @@ fn run_vit(a: &Args, path: &std::path::Path) -> Result<()> {
             recipe.data.dir.display()
         );
     }
-    let stamp = chrono_stamp();
-    let run = a.runs_dir.join(format!("{stamp}-{}", recipe.name));
+    let run = RunDir::create_named(&a.runs_dir, &recipe.name, &text)?.path;
     let c = &recipe.vit;
     eprintln!(
         "run {} (ViT {}x{} patch {}, width {}, {} blocks, {} heads, {:.2}M parameters; {} steps of {} images)",
@@ -91,30 +90,6 @@ fn run_vit(a: &Args, path: &std::path::Path) -> Result<()> {
     );
     println!("checkpoint: {}", out.checkpoint.display());
     Ok(())
-}
-
-/// `YYYYmmdd-HHMMSS` (UTC) for a run folder's name.
-fn chrono_stamp() -> String {
-    let t = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.as_secs());
-    let (days, rem) = (t / 86400, t % 86400);
-    // civil from days (Howard Hinnant's algorithm)
-    let z = days as i64 + 719468;
-    let era = z.div_euclid(146097);
-    let doe = z - era * 146097;
-    let yoe = (doe - doe / 1460 + doe / 36524 - doe / 146096) / 365;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let d = doy - (153 * mp + 2) / 5 + 1;
-    let m = if mp < 10 { mp + 3 } else { mp - 9 };
-    let y = yoe + era * 400 + i64::from(m <= 2);
-    format!(
-        "{y:04}{m:02}{d:02}-{:02}{:02}{:02}",
-        rem / 3600,
-        rem / 60 % 60,
-        rem % 60
-    )
 }
 
 pub fn run(a: Args) -> Result<()> {

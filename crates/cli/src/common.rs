@@ -123,6 +123,23 @@ fn release_freed_memory() {
     }
 }
 
+/// Speculative decoding flags, named as llama.cpp's (`toy generate`, `toy serve`).
+#[derive(Args, Clone, Debug)]
+pub struct SpecArgs {
+    /// Speculative decoding with this draft model (the target's vocabulary).
+    #[arg(long, conflicts_with = "spec")]
+    pub draft: Option<std::path::PathBuf>,
+    /// Speculative decoding without a draft model: `ngram` (prompt lookup).
+    #[arg(long, value_parser = ["ngram"])]
+    pub spec: Option<String>,
+    /// Most tokens drafted per round.
+    #[arg(long, default_value_t = 8)]
+    pub draft_max: usize,
+    /// The draft model stops drafting where its top token's probability is under this.
+    #[arg(long, default_value_t = 0.75)]
+    pub draft_p_min: f32,
+}
+
 /// Sampling flags, named as llama.cpp's.
 #[derive(Args, Clone, Debug)]
 pub struct SamplingArgs {

@@ -142,18 +142,22 @@ impl KvCache {
         if self.snapshots.last().is_some_and(|(p, _)| *p == self.pos) {
             return;
         }
-        let states = self
-            .layers
+        let states = self.recurrent_states();
+        self.snapshots.push((self.pos, states));
+        if self.snapshots.len() > MAX_SNAPSHOTS {
+            self.snapshots.remove(0);
+        }
+    }
+
+    /// A copy of every recurrent layer's state, in layer order.
+    fn recurrent_states(&self) -> Vec<GdnState> {
+        self.layers
             .iter()
             .filter_map(|l| match l {
                 LayerCache::Recurrent(s) => Some(s.clone()),
                 LayerCache::Attention { .. } => None,
             })
-            .collect();
-        self.snapshots.push((self.pos, states));
-        if self.snapshots.len() > MAX_SNAPSHOTS {
-            self.snapshots.remove(0);
-        }
+            .collect()
     }
 
     /// Keep the recurrent states of the current position too, so `truncate` can come back
@@ -162,14 +166,7 @@ impl KvCache {
         if !self.has_recurrent() || self.snapshots.last().is_some_and(|(p, _)| *p == self.pos) {
             return;
         }
-        let states = self
-            .layers
-            .iter()
-            .filter_map(|l| match l {
-                LayerCache::Recurrent(s) => Some(s.clone()),
-                LayerCache::Attention { .. } => None,
-            })
-            .collect();
+        let states = self.recurrent_states();
         self.snapshots.push((self.pos, states));
         if self.snapshots.len() > MAX_SNAPSHOTS + 1 {
             self.snapshots.remove(0);
