@@ -388,3 +388,105 @@ fn killed_mid_run_leaves_a_loadable_checkpoint_and_resumes_to_the_same_weights()
         "resumed state differs from uninterrupted"
     );
 }
+
+/// A 24-bit BMP of `w` x `h` grey pixels `v` (rows bottom-up, padded to 4 bytes).
+fn bmp(w: u32, h: u32, v: u8) -> Vec<u8> {
+    let row = (3 * w).div_ceil(4) * 4;
+    let size = 54 + row * h;
+    let mut b = b"BM".to_vec();
+    for x in [size, 0, 54, 40, w, h] {
+        b.extend_from_slice(&x.to_le_bytes());
+    }
+    b.extend_from_slice(&1u16.to_le_bytes());
+    b.extend_from_slice(&24u16.to_le_bytes());
+    for x in [0u32, row * h, 2835, 2835, 0, 0] {
+        b.extend_from_slice(&x.to_le_bytes());
+    }
+    for _ in 0..h {
+        let mut r = vec![v; (3 * w) as usize];
+        r.resize(row as usize, 0);
+        b.extend_from_slice(&r);
+    }
+    b
+}
+
+#[test]
+fn a_vit_recipe_trains_then_eval_images_and_classify_use_its_checkpoint() {
+    let dir = TempDir::new("vit");
+    let idx = |dims: &[u32], data: &[u8]| {
+        let mut b = vec![0u8, 0, 8, dims.len() as u8];
+        dims.iter()
+            .for_each(|d| b.extend_from_slice(&d.to_be_bytes()));
+        b.extend_from_slice(data);
+        b
+    };
+    // two classes: dark and bright 8x8 images
+    let (mut px, mut lb) = (Vec::new(), Vec::new());
+    for i in 0..200u32 {
+        let c = (i % 2) as u8;
+        px.extend((0..64).map(|j| 30 + 150 * c + ((i + j) % 40) as u8));
+        lb.push(c);
+    }
+    let src = dir.path("src");
+    std::fs::create_dir_all(&src).unwrap();
+    std::fs::write(src.join("train-images-idx3-ubyte"), idx(&[200, 8, 8], &px)).unwrap();
+    std::fs::write(src.join("train-labels-idx1-ubyte"), idx(&[200], &lb)).unwrap();
+    std::fs::write(
+        src.join("t10k-images-idx3-ubyte"),
+        idx(&[40, 8, 8], &px[..40 * 64]),
+    )
+    .unwrap();
+    std::fs::write(src.join("t10k-labels-idx1-ubyte"), idx(&[40], &lb[..40])).unwrap();
+    let shards = dir.path("shards");
+    toy_ok(&["data", "images", &arg(&src), "--out", &arg(&shards)]);
+    let recipe = dir.write(
+        "vit.toml",
+        format!(
+            "name = \"tiny-vit\"\n[vit]\nimage = 8\npatch = 4\nchannels = 1\nclasses = 2\nwidth = 16\ndepth = 1\nheads = 2\nmlp = 32\n\
+             [data]\ndir = \"{}\"\nmean = [0.4]\nstd = [0.3]\n\
+             [train]\nbatch = 20\nsteps = 40\nlr = 3e-3\nwarmup = 4\nweight_decay = 0.0\neval_every = 20\n",
+            shards.display()
+        ),
+    );
+    let runs = dir.path("runs");
+    let out = toy_ok(&["train", &arg(&recipe), "--runs-dir", &arg(&runs)]);
+    let ckpt = out
+        .lines()
+        .find_map(|l| l.strip_prefix("checkpoint: "))
+        .unwrap_or_else(|| panic!("no checkpoint line in {out}"))
+        .to_string();
+    let r = toy_json(&[
+        "eval",
+        "images",
+        "-m",
+        &ckpt,
+        "--data",
+        &arg(&shards),
+        "--json",
+    ]);
+    assert_eq!(r["images"], 40);
+    assert!(r["top1"].as_f64().unwrap() > 0.9, "{r}");
+    assert_eq!(r["top5"], 1.0, "two classes: always in the top 5");
+    assert_eq!(r["confusion"].as_array().unwrap().len(), 2);
+    let img = dir.write("bright.bmp", bmp(8, 8, 200));
+    let c = toy_json(&["classify", "-m", &ckpt, &arg(&img), "--top", "2", "--json"]);
+    let top = c[0]["top"].as_array().unwrap();
+    assert_eq!(top[0]["class"], "1", "a bright image is class 1: {c}");
+    let p: f64 = top.iter().map(|t| t["probability"].as_f64().unwrap()).sum();
+    assert!((p - 1.0).abs() < 1e-4, "{c}");
+    let bad = dir.write("broken.png", b"\x89PNG\r\n\x1a\nnope");
+    let err = toy_err(&["classify", "-m", &ckpt, &arg(&bad)]);
+    assert!(
+        err.contains("broken.png") && err.contains("cannot read the image"),
+        "{err}"
+    );
+    let err = toy_err(&[
+        "eval",
+        "images",
+        "-m",
+        &arg(&recipe),
+        "--data",
+        &arg(&shards),
+    ]);
+    assert!(err.contains("vit.toml"), "{err}");
+}
