@@ -17,6 +17,9 @@ pub struct EvalImagesArgs {
     /// The split to score.
     #[arg(long, default_value = "test")]
     split: String,
+    /// Also draw the confusion matrix into this PNG.
+    #[arg(long)]
+    confusion: Option<PathBuf>,
     #[arg(long)]
     json: bool,
 }
@@ -31,6 +34,11 @@ pub fn eval_images(a: EvalImagesArgs) -> Result<()> {
         );
     }
     let r = toy::vision::eval::report(&ck, &set);
+    if let Some(png) = &a.confusion {
+        let title = format!("{}/{}", a.data.display(), a.split);
+        toy::vision::confusion_plot::plot_confusion(&r, &title, png)?;
+        eprintln!("confusion matrix: {}", png.display());
+    }
     if a.json {
         println!("{}", serde_json::to_string(&r)?);
         return Ok(());

@@ -3,6 +3,7 @@
 
 pub mod batch;
 pub mod checkpoint;
+pub mod confusion_plot;
 pub mod eval;
 pub mod train;
 pub mod vit;
