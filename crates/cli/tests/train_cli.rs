@@ -413,13 +413,7 @@ fn bmp(w: u32, h: u32, v: u8) -> Vec<u8> {
 #[test]
 fn a_vit_recipe_trains_then_eval_images_and_classify_use_its_checkpoint() {
     let dir = TempDir::new("vit");
-    let idx = |dims: &[u32], data: &[u8]| {
-        let mut b = vec![0u8, 0, 8, dims.len() as u8];
-        dims.iter()
-            .for_each(|d| b.extend_from_slice(&d.to_be_bytes()));
-        b.extend_from_slice(data);
-        b
-    };
+    let idx = idx_bytes;
     // two classes: dark and bright 8x8 images
     let (mut px, mut lb) = (Vec::new(), Vec::new());
     for i in 0..200u32 {
@@ -489,4 +483,48 @@ fn a_vit_recipe_trains_then_eval_images_and_classify_use_its_checkpoint() {
         &arg(&shards),
     ]);
     assert!(err.contains("vit.toml"), "{err}");
+}
+
+#[test]
+fn data_images_writes_shards_from_idx_files_and_names_missing_data() {
+    let dir = TempDir::new("images");
+    let idx = idx_bytes;
+    let src = dir.path("fashion-src");
+    std::fs::create_dir_all(&src).unwrap();
+    std::fs::write(
+        src.join("train-images-idx3-ubyte"),
+        idx(&[20, 3, 3], &[7; 180]),
+    )
+    .unwrap();
+    std::fs::write(src.join("train-labels-idx1-ubyte"), idx(&[20], &[1; 20])).unwrap();
+    std::fs::write(
+        src.join("t10k-images-idx3-ubyte"),
+        idx(&[5, 3, 3], &[9; 45]),
+    )
+    .unwrap();
+    std::fs::write(src.join("t10k-labels-idx1-ubyte"), idx(&[5], &[0; 5])).unwrap();
+    let out = dir.path("shards");
+    let v = toy_json(&[
+        "data",
+        "images",
+        &arg(&src),
+        "--out",
+        &arg(&out),
+        "--val-fraction",
+        "0.25",
+        "--json",
+    ]);
+    assert_eq!(v["splits"]["train"]["images"], 15);
+    assert_eq!(v["splits"]["val"]["images"], 5);
+    assert_eq!(v["splits"]["test"]["images"], 5);
+    assert_eq!(v["classes"][1], "Trouser", "Fashion-MNIST's names: {v}");
+    assert!(out.join("train.img").exists() && out.join("meta.json").exists());
+    std::fs::write(src.join("t10k-labels-idx1-ubyte"), idx(&[9], &[0; 3])).unwrap();
+    let err = toy_err(&["data", "images", &arg(&src), "--out", &arg(&out)]);
+    assert!(
+        err.contains("t10k-labels-idx1-ubyte") && err.contains("truncated"),
+        "{err}"
+    );
+    let err = toy_err(&["data", "images", "/no/such/dir", "--out", &arg(&out)]);
+    assert!(err.contains("/no/such/dir"), "{err}");
 }

@@ -157,3 +157,12 @@ impl Drop for TempDir {
 pub fn arg(p: &Path) -> String {
     p.to_string_lossy().into_owned()
 }
+
+/// An IDX file (the MNIST format) of unsigned bytes with dimensions `dims`.
+pub fn idx_bytes(dims: &[u32], data: &[u8]) -> Vec<u8> {
+    let mut b = vec![0u8, 0, 8, dims.len() as u8];
+    dims.iter()
+        .for_each(|d| b.extend_from_slice(&d.to_be_bytes()));
+    b.extend_from_slice(data);
+    b
+}

@@ -7,6 +7,7 @@ use super::batch::{batch, BatchSpec};
 use super::vit::{init, smoothed_loss, Vit, VitActs, VitConfig};
 use crate::gguf::{GgufWriter, Value};
 use crate::images::{shard, ImageSet};
+use crate::infer::sampler::argmax;
 use crate::train::events::{now, Event, EventLog};
 use std::path::{Path, PathBuf};
 use tinynn::optim::{lr_at, AdamW, AdamWConfig};
@@ -85,28 +86,19 @@ impl VitRecipe {
     }
 }
 
-/// Top-1 accuracy and mean loss (unsmoothed) of `p` on `set`, in batches.
+/// Top-1 accuracy, mean loss (unsmoothed) and the predicted classes of `p` on `set`.
 pub fn evaluate(vit: &Vit, p: &[f32], set: &ImageSet, spec: &BatchSpec) -> (f32, f32, Vec<u16>) {
     let k = vit.cfg.classes;
-    let (mut correct, mut loss, mut preds) = (0usize, 0f64, Vec::with_capacity(set.len()));
-    let mut a = VitActs::default();
-    for chunk in (0..set.len()).collect::<Vec<_>>().chunks(256) {
-        let (x, y) = batch(set, chunk, spec, None);
-        vit.forward(p, &x, chunk.len(), &mut a);
-        for (row, &label) in a.logits.chunks_exact(k).zip(&y) {
-            let best = tinynn_argmax(row);
-            preds.push(best as u16);
-            correct += usize::from(best == label as usize);
-        }
-        let mut l = a.logits.clone();
-        loss += smoothed_loss(&mut l, &y, k, 0.0) as f64 * chunk.len() as f64;
-    }
+    let mut z = super::eval::logits(vit, p, set, spec);
+    let preds: Vec<u16> = z.chunks_exact(k).map(|row| argmax(row) as u16).collect();
+    let correct = preds
+        .iter()
+        .zip(&set.labels)
+        .filter(|(a, b)| a == b)
+        .count();
+    let loss = smoothed_loss(&mut z, &set.labels, k, 0.0);
     let n = set.len().max(1) as f64;
-    ((correct as f64 / n) as f32, (loss / n) as f32, preds)
-}
-
-fn tinynn_argmax(row: &[f32]) -> usize {
-    (0..row.len()).fold(0, |b, i| if row[i] > row[b] { i } else { b })
+    ((correct as f64 / n) as f32, loss, preds)
 }
 
 /// Flat ranges of the matrices (weight decay on them, not on biases, norms, CLS, positions).
@@ -257,7 +249,6 @@ pub fn train(
         });
         let mut a = VitActs::default();
         let mut grads = vec![0.0; p.len()];
-        let t0 = std::time::Instant::now();
         for step in 0..t.steps {
             let (x, y) = rx
                 .recv()
@@ -311,7 +302,6 @@ pub fn train(
             }
         }
         last.steps = t.steps;
-        let _ = t0;
         Ok(())
     })?;
     save(&last.checkpoint, r, &train_set.classes, &p)?;

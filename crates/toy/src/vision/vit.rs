@@ -116,7 +116,6 @@ impl Parts {
         let norm_b = norm_w + c;
         let head_w = norm_b + c;
         let head_b = head_w + k * c;
-        let _ = k;
         Self {
             patch_w,
             patch_b,
