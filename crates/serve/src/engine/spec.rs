@@ -15,9 +15,9 @@ use std::time::Instant;
 use toy::infer::constrain::Guide;
 use toy::infer::kv_cache::KvCache;
 use toy::infer::sampler::Sampler;
-use toy::infer::speculative::{model_draft, ngram_draft, SpecStats};
+use toy::infer::speculative::{model_draft, ngram_draft, rewind_cache, SpecStats};
 use toy::infer::verify::{settle, Verify};
-use toy::model::{Logits, Model, ModelError, State};
+use toy::model::{Logits, Model, ModelError};
 
 /// Drafted tokens and, from a draft model, the distributions they were drawn from.
 type Draft = (Vec<u32>, Option<Vec<Vec<(u32, f64)>>>);
@@ -189,7 +189,7 @@ impl Group {
         };
         let (kept, t) = settle(&mut sv, &rows, v, &draft, q.as_deref(), &mut stats)?;
         let end = sv.end;
-        rewind(m, scratch, &mut slot.cache, pos0, &feed[..1 + kept], &lora)?;
+        rewind_cache(m, scratch, &mut slot.cache, pos0, &feed[..1 + kept], &lora)?;
         slot.tokens.extend_from_slice(&feed[..1 + kept]);
         seq.job.metrics.record_spec(stats.drafted, stats.accepted);
         let room = slot.cache.pos < slot.cache.ctx;
@@ -204,29 +204,4 @@ impl Group {
         }
         Ok(1 + kept)
     }
-}
-
-/// `cache` keeps `kept` after its first `pos0` positions: attention truncates, recurrent
-/// layers go back to the mark at `pos0` and take the kept tokens again.
-fn rewind(
-    m: &Model,
-    scratch: &mut State,
-    cache: &mut KvCache,
-    pos0: usize,
-    kept: &[u32],
-    lora: &[(usize, f32)],
-) -> Result<(), ModelError> {
-    let end = pos0 + kept.len();
-    cache.truncate(end);
-    let at = cache.pos;
-    if at < pos0 {
-        return Err(ModelError::Speculative(format!(
-            "the recurrent state went back to position {at}, before the verify step at {pos0}"
-        )));
-    }
-    if at < end {
-        m.forward_cache_lora(scratch, cache, &kept[at - pos0..], Logits::Last, lora)?;
-    }
-    cache.unmark(pos0);
-    Ok(())
 }

@@ -11,6 +11,7 @@
 
 use super::constrain::Guide;
 use super::generate::{check_prompt, Emitter, GenerateOptions, Generation};
+use super::kv_cache::KvCache;
 use super::sampler::Sampler;
 use super::verify::{settle, Verify};
 use crate::gguf::GgufFile;
@@ -132,26 +133,42 @@ impl<F: FnMut(&str)> Verify for Local<'_, '_, F> {
 }
 
 /// Leave `state` holding `kept` after its first `pos0` positions, the tokens of a verify
-/// pass it keeps: attention layers truncate, recurrent layers go back to the mark at `pos0`
-/// and take the kept tokens again.
+/// pass it keeps (see [`rewind_cache`]).
 pub fn rewind(
     model: &Model,
     state: &mut State,
     pos0: usize,
     kept: &[u32],
 ) -> Result<(), ModelError> {
+    let mut cache = std::mem::take(&mut state.cache);
+    let r = rewind_cache(model, state, &mut cache, pos0, kept, model.default_loras());
+    state.cache = cache;
+    r
+}
+
+/// `cache` keeps `kept` after its first `pos0` positions: attention layers truncate,
+/// recurrent layers go back to the mark at `pos0` and take the kept tokens again (with
+/// `scratch`'s buffers and adapters `lora`).
+pub fn rewind_cache(
+    model: &Model,
+    scratch: &mut State,
+    cache: &mut KvCache,
+    pos0: usize,
+    kept: &[u32],
+    lora: &[(usize, f32)],
+) -> Result<(), ModelError> {
     let end = pos0 + kept.len();
-    state.cache.truncate(end);
-    let at = state.cache.pos;
+    cache.truncate(end);
+    let at = cache.pos;
     if at < pos0 {
         return Err(ModelError::Speculative(format!(
             "the recurrent state went back to position {at}, before the verify step at {pos0}"
         )));
     }
     if at < end {
-        model.forward(state, &kept[at - pos0..], Logits::Last)?;
+        model.forward_cache_lora(scratch, cache, &kept[at - pos0..], Logits::Last, lora)?;
     }
-    state.cache.unmark(pos0);
+    cache.unmark(pos0);
     Ok(())
 }
 

@@ -87,6 +87,11 @@ impl Model {
         Ok(self.loras.len() - 1)
     }
 
+    /// The adapters calls without `_lora` apply (`set_default_loras`).
+    pub fn default_loras(&self) -> &LoraPicks {
+        &self.defaults
+    }
+
     /// Makes `picks` (indices from [`Model::add_lora`], scales) apply to every sequence that
     /// the calls without `_lora` run (`forward`, `forward_cache`, `forward_multi`): how the
     /// CLI's `--lora` keeps the base as stored and adds the adapters at run time.
