@@ -40,7 +40,7 @@ OWN_INIT=${OWN_INIT:-0}
 TORCH_VERSION=${TORCH_VERSION:-2.15.0}
 readonly LLAMA_CPP_PY=0.3.36
 
-venv="$root/target/pytorch-venv"
+venv="${TORCH_VENV:-$root/target/pytorch-venv}"
 py="$venv/bin/python"
 work="$root/target/bench-pytorch"
 toy="$root/target/release/toy"
@@ -54,24 +54,7 @@ die() { log "ERROR: $*"; exit 1; }
 mkdir -p "$work/logs"
 
 # --- PyTorch ---------------------------------------------------------------------------
-if [ ! -x "$py" ]; then
-    log "creating $venv"
-    python3 -m venv "$venv"
-    "$py" -m pip install -q --upgrade pip
-fi
-if ! "$py" -c "import torch" 2>/dev/null; then
-    log "installing torch $TORCH_VERSION without its CUDA dependencies"
-    "$py" -m pip install -q --no-deps "torch==$TORCH_VERSION"
-    "$py" -m pip install -q filelock typing-extensions sympy networkx jinja2 fsspec mpmath \
-        markupsafe numpy "setuptools>=77.0.3"
-    if ! "$py" -c "import torch" 2>"$work/logs/torch-import.log"; then
-        # The PyPI Linux wheel links CUDA libraries even for CPU use.
-        log "torch does not import without its CUDA libraries; installing the full wheel (GBs)"
-        "$py" -m pip install -q "torch==$TORCH_VERSION"
-    fi
-fi
-"$py" -c "import numpy" 2>/dev/null || "$py" -m pip install -q numpy
-"$py" -c "import torch; print('torch', torch.__version__)" >&2
+. "$root/bench/pytorch/venv.sh"
 
 # --- toy -------------------------------------------------------------------------------
 log "building toy"

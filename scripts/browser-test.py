@@ -8,6 +8,7 @@ fake runs dir holding one training run's events.jsonl, opens the page and checks
   - a chat message typed into #chat-input and sent gets an assistant answer that streams in
     (text appears and grows over several chunks) and ends with usage info;
   - a second message sends the whole conversation (history) and the stop button aborts a stream;
+  - a ViT run's accuracy evaluations draw an accuracy curve beside its loss;
   - the runs view lists the fake run, its canvas draws every step/eval point (data-points and
     pixels of the train-loss colour), and points appended to events.jsonl appear by polling;
   - the server's own telemetry run shows the requests made above.
@@ -363,6 +364,38 @@ def main():
             assert loss_points == n_points + 22, f"the eval event moved the loss chart: {loss_points}"
             screenshot("runs-eval.png")
         checks.run("an eval event's LMC curve is drawn beside the run", runs_eval_curve)
+
+        def vit_run_accuracy_curve():
+            # an image classifier's run (`toy train recipes/vit-fashion.toml`): its evaluations
+            # carry metrics named "accuracy"; the page draws the val loss and, beside it, the accuracy
+            vit_id = "fake-vit-run"
+            os.makedirs(os.path.join(runs_dir, vit_id), exist_ok=True)
+            lines = [{"type": "run_start", "time": time.time(), "config": {"name": "vit"}, "start_step": 0}]
+            for s in range(1, 31):
+                lines.append({"type": "step", "step": s, "loss": 2.3 * 0.95 ** s, "lr": 1e-3, "grad_norm": 1.0,
+                              "tok_s": 900.0, "time": time.time()})
+                if s % 10 == 0:
+                    acc = 0.5 + s / 100
+                    lines.append({"type": "eval", "step": s, "val_loss": 2.0 * 0.95 ** s,
+                                  "sample": f"val accuracy {100 * acc:.2f}%",
+                                  "metrics": {"name": "accuracy", "model": "vit", "data": "d/val", "time": 0,
+                                              "results": {"top1": acc, "images": 100}}})
+            with open(os.path.join(runs_dir, vit_id, "events.jsonl"), "w") as f:
+                f.writelines(json.dumps(line) + "\n" for line in lines)
+            b.click("#runs-refresh")
+            sel = f"#runs-list .run[data-run-id={json.dumps(vit_id)}]"
+            wait_for(lambda: b.js(f"!!document.querySelector({json.dumps(sel)})"), 10, "the ViT run in #runs-list")
+            b.click(sel)
+            wait_for(lambda: b.js("document.querySelector('#loss-chart').dataset.runId") == vit_id
+                     and int(b.js("+document.querySelector('#loss-chart').dataset.points")) == 33, 10,
+                     "30 train-loss and 3 val-loss points in #loss-chart")
+            wait_for(lambda: int(b.js("+document.querySelector('#eval-chart').dataset.points")) == 3
+                     and not b.js("document.querySelector('#eval-box').hidden"), 10,
+                     "the 3 accuracy points in #eval-chart")
+            summary = b.js("document.querySelector('#run-summary').textContent")
+            assert "val accuracy 80.00%" in summary, summary
+            screenshot("runs-vit.png")
+        checks.run("a ViT run draws its accuracy curve beside the loss", vit_run_accuracy_curve)
 
         def serve_run_shows_requests():
             # the server's own telemetry run (runs/serve-<time>/) holds a line per request made above

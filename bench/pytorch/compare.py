@@ -1,6 +1,7 @@
-"""Side by side for bench/compare-pytorch.sh: for one recipe, trains N steps with `toy train`,
-with PyTorch eager and with torch.compile (train_torch.py, each in its own process), all at the
-same thread count on the same token shards and batches, then prints tokens/s (median of
+"""Side by side for bench/compare-pytorch.sh and bench/vit-pytorch.sh: for one recipe, trains N
+steps with `toy train`, with PyTorch eager and with torch.compile (train_torch.py, or
+train_vit_torch.py for `--kind vit`, each in its own process), all at the same thread count on
+the same shards and batches, then prints tokens/s or images/s (median of
 steady-state steps), the ratios toy/eager and toy/compile, peak RSS, and the loss ratio after
 the same steps (mean of the last 10 step losses; must be within 2%). Writes the numbers as
 JSON to --out. Exit 1 when the losses disagree by more than 2%.
@@ -52,12 +53,21 @@ def main():
     ap.add_argument("--set", action="append", default=[])
     ap.add_argument("--modes", default="eager,compile")
     ap.add_argument("--out", required=True)
+    ap.add_argument("--kind", choices=["lm", "vit"], default="lm",
+                    help="vit: an image recipe ([vit]), trained by train_vit_torch.py without augmentation")
     ap.add_argument("--own-init", action="store_true",
                     help="PyTorch draws its own initial weights (same scheme) instead of toy's")
     args = ap.parse_args()
 
-    sets = [f"data.dir={json.dumps(args.data)}", f"train.steps={args.steps}",
-            f"eval.interval={args.steps}", f"checkpoint.interval={args.steps}"] + args.set
+    if args.kind == "vit":
+        sets = [f"data.dir={json.dumps(args.data)}", f"train.steps={args.steps}",
+                f"train.eval_every={args.steps}", f"train.checkpoint_every={args.steps}",
+                "data.crop_pad=0", "data.flip=false"] + args.set
+        trainer, unit = "train_vit_torch.py", "images/s"
+    else:
+        sets = [f"data.dir={json.dumps(args.data)}", f"train.steps={args.steps}",
+                f"eval.interval={args.steps}", f"checkpoint.interval={args.steps}"] + args.set
+        trainer, unit = "train_torch.py", "tok/s"
     results = {}
 
     # toy first: the smallest peak RSS, so RUSAGE_CHILDREN gives its own.
@@ -79,7 +89,7 @@ def main():
     }
 
     for mode in args.modes.split(","):
-        cmd = [args.python, os.path.join(HERE, "train_torch.py"), args.recipe, "--mode", mode,
+        cmd = [args.python, os.path.join(HERE, trainer), args.recipe, "--mode", mode,
                "--steps", str(args.steps), "--threads", str(args.threads),
                "--warmup-steps", str(args.warmup_steps)]
         for s in sets:
@@ -103,7 +113,7 @@ def main():
     init = "own init" if args.own_init else "toy's init"
     print(f"\n== {name}: {args.steps} steps, {args.threads} threads, {init}, load average {load:.1f} "
           f"({' '.join(args.set) or 'recipe as is'}) ==")
-    print(f"{'':16}{'tok/s':>10}{'toy/x':>8}{'peak RSS MiB':>14}{'loss@end':>10}{'toy/x loss':>12}")
+    print(f"{'':16}{unit:>10}{'toy/x':>8}{'peak RSS MiB':>14}{'loss@end':>10}{'toy/x loss':>12}")
     ok = True
     for who, r in results.items():
         lx = tail_mean(r["losses"])

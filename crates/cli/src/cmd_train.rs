@@ -46,8 +46,9 @@ fn run_vit(a: &Args, path: &std::path::Path) -> Result<()> {
     use anyhow::Context;
     let text =
         std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
-    let recipe = toy::vision::train::VitRecipe::from_toml(&text)
-        .map_err(|e| anyhow::anyhow!("recipe {}: {e}", path.display()))?;
+    let what = format!("recipe {}", path.display());
+    let recipe = toy::vision::train::VitRecipe::parse(&text, &what, &a.set)
+        .map_err(|e| anyhow::anyhow!("{what}: {e}"))?;
     if !recipe.data.dir.join("meta.json").exists() {
         bail!(
             "no image shards in {} (make them with `toy data images --out {}`)",
@@ -55,10 +56,13 @@ fn run_vit(a: &Args, path: &std::path::Path) -> Result<()> {
             recipe.data.dir.display()
         );
     }
-    let run = RunDir::create_named(&a.runs_dir, &recipe.name, &text)?.path;
+    let run = match &a.resume {
+        Some(dir) => dir.clone(),
+        None => RunDir::create_named(&a.runs_dir, &recipe.name, &recipe.to_toml())?.path,
+    };
     let c = &recipe.vit;
     eprintln!(
-        "run {} (ViT {}x{} patch {}, width {}, {} blocks, {} heads, {:.2}M parameters; {} steps of {} images)",
+        "run {} (ViT {}x{} patch {}, width {}, {} blocks, {} heads, {:.2}M parameters; {} steps of {} images){}",
         run.display(),
         c.image,
         c.image,
@@ -68,10 +72,16 @@ fn run_vit(a: &Args, path: &std::path::Path) -> Result<()> {
         c.heads,
         c.n_params() as f64 / 1e6,
         recipe.train.steps,
-        recipe.train.batch
+        recipe.train.batch,
+        if a.resume.is_some() { ", resuming" } else { "" }
     );
     let mut bar = RunBar::new(recipe.train.steps);
-    let out = toy::vision::train::train(&recipe, &run, |e| {
+    let hooks = toy::vision::train::VitHooks {
+        resume: a.resume.is_some(),
+        stop_after: a.stop_after,
+        checkpoint_start: a.checkpoint_start,
+    };
+    let out = toy::vision::train::train(&recipe, &run, &hooks, |e| {
         bar.observe(e, |step, loss, sample| {
             format!("step {step}: val loss {loss:.4}, {sample}")
         })
@@ -79,26 +89,28 @@ fn run_vit(a: &Args, path: &std::path::Path) -> Result<()> {
     bar.pb.finish_and_clear();
     let out = out.map_err(|e| anyhow::anyhow!(e))?;
     println!(
-        "{} after {} steps: val accuracy {:.2}%{}",
+        "{} after {} steps: val accuracy {:.2}%{}{}",
         run.display(),
         out.steps,
         100.0 * out.val_accuracy,
         out.test_accuracy.map_or(String::new(), |t| format!(
             ", test accuracy {:.2}%",
             100.0 * t
-        ))
+        )),
+        if out.finished { "" } else { " (stopped)" }
     );
     println!("checkpoint: {}", out.checkpoint.display());
     Ok(())
 }
 
 pub fn run(a: Args) -> Result<()> {
-    if let Some(path) = a
-        .recipe
-        .as_ref()
-        .filter(|p| a.resume.is_none() && is_vit(p))
-    {
+    if let Some(path) = a.recipe.as_ref().filter(|p| is_vit(p)) {
         return run_vit(&a, &path.clone());
+    }
+    if let Some(cfg) = a.resume.as_ref().map(|d| d.join("config.toml")) {
+        if is_vit(&cfg) {
+            return run_vit(&a, &cfg);
+        }
     }
     let (existing, recipe) = match (&a.resume, &a.recipe) {
         (Some(dir), _) => {

@@ -449,6 +449,43 @@ fn a_vit_recipe_trains_then_eval_images_and_classify_use_its_checkpoint() {
         .find_map(|l| l.strip_prefix("checkpoint: "))
         .unwrap_or_else(|| panic!("no checkpoint line in {out}"))
         .to_string();
+    // interrupted after 30 steps (checkpoints every 20 with --set), resumed: the same weights
+    let runs2 = dir.path("runs2");
+    let out = toy_ok(&[
+        "train",
+        &arg(&recipe),
+        "--runs-dir",
+        &arg(&runs2),
+        "--set",
+        "train.checkpoint_every=20",
+        "--stop-after",
+        "30",
+    ]);
+    assert!(
+        out.contains("after 30 steps") && out.contains("(stopped)"),
+        "{out}"
+    );
+    let run2 = out.split(" after ").next().unwrap().to_string();
+    let out = toy_ok(&["train", "--resume", &run2]);
+    assert!(out.contains("after 40 steps"), "{out}");
+    let resumed = std::path::Path::new(&run2).join("model.gguf");
+    assert!(
+        std::fs::read(&resumed).unwrap() == std::fs::read(&ckpt).unwrap(),
+        "the resumed run's model.gguf differs from the straight run's"
+    );
+    // `toy runs` lists image runs with their accuracy
+    let listing = toy_ok(&["runs", "--runs-dir", &arg(&runs2)]);
+    let line = listing
+        .lines()
+        .find(|l| l.contains("tiny-vit"))
+        .unwrap_or("");
+    assert!(
+        line.contains(" vit ")
+            && line.contains("40/40")
+            && line.contains('%')
+            && line.contains("done"),
+        "{listing}"
+    );
     let r = toy_json(&[
         "eval",
         "images",

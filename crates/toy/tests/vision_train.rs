@@ -1,10 +1,11 @@
 //! Training the ViT end to end on a small image set made here (the class is how bright a
 //! noisy 8x8 image is, one of four levels): it learns it, logs steps and accuracy evaluations, writes a
-//! checkpoint whose logits equal the trainer's, and stops on a NaN loss.
+//! checkpoint whose logits equal the trainer's, stops on a NaN loss, and resumes an interrupted
+//! run bit for bit.
 
 use toy::images::{shard, ImageSet};
 use toy::vision::checkpoint::VitCheckpoint;
-use toy::vision::train::{evaluate, train, VitRecipe};
+use toy::vision::train::{evaluate, train, VitHooks, VitRecipe};
 use toy::vision::vit::{Vit, VitActs};
 
 fn quadrants(n: usize, seed: u64) -> ImageSet {
@@ -74,7 +75,7 @@ fn a_vit_learns_logs_and_checkpoints_what_it_learned() {
     let r = recipe(&data, 100, 3e-3);
     let run = root.join("run");
     let mut seen = Vec::new();
-    let out = train(&r, &run, |e| seen.push(e.clone())).unwrap();
+    let out = train(&r, &run, &VitHooks::default(), |e| seen.push(e.clone())).unwrap();
     assert!(out.val_accuracy > 0.9, "val accuracy {}", out.val_accuracy);
     assert!(out.test_accuracy.unwrap() > 0.9);
     let text = std::fs::read_to_string(run.join("events.jsonl")).unwrap();
@@ -85,6 +86,10 @@ fn a_vit_learns_logs_and_checkpoints_what_it_learned() {
         "an accuracy every 20 steps"
     );
     assert_eq!(seen.len(), text.lines().count());
+    // a checkpoint at each evaluation, the last one the final weights
+    let (step, _) = toy::train::checkpoint::latest(&run).unwrap();
+    assert_eq!(step, 100);
+    assert!(run.join("ckpt-000020.gguf").is_file());
     // the checkpoint gives the trainer's logits, bit for bit
     let ck = VitCheckpoint::open(&out.checkpoint).unwrap();
     assert_eq!(ck.classes, train_set.classes);
@@ -98,13 +103,88 @@ fn a_vit_learns_logs_and_checkpoints_what_it_learned() {
     Vit::new(r.vit.clone()).forward(&out.params, &x, 3, &mut b);
     assert_eq!(a.logits, b.logits);
     // a learning rate that blows up stops the run with the step named
-    let e = train(&recipe(&data, 50, 1e30), &root.join("nan"), |_| {})
-        .err()
-        .expect("a NaN stop");
+    let e = train(
+        &recipe(&data, 50, 1e30),
+        &root.join("nan"),
+        &VitHooks::default(),
+        |_| {},
+    )
+    .err()
+    .expect("a NaN stop");
     assert!(e.contains("loss became"), "{e}");
     let log = std::fs::read_to_string(root.join("nan/events.jsonl")).unwrap();
     assert!(log.contains("\"status\":\"failed"), "{log}");
     // a checkpoint of another kind is refused by name
     let e = VitCheckpoint::open(&data.join("meta.json")).err().unwrap();
     assert!(e.contains("meta.json"), "{e}");
+}
+
+/// A run stopped after step 7 (checkpoints every 3 steps) and resumed from step 6 ends with
+/// the parameters of the same run done in one go, bit for bit.
+#[test]
+fn an_interrupted_vit_run_resumes_bit_for_bit() {
+    let root = std::env::temp_dir().join(format!("toy-vit-resume-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&root);
+    let data = root.join("data");
+    let (train_set, val) = quadrants(400, 3).split(0.2, 0);
+    shard::write(&data, &[("train", &train_set), ("val", &val)], "test").unwrap();
+    let mut r = recipe(&data, 12, 3e-3);
+    r.train.checkpoint_every = 3;
+    r.data.crop_pad = 1;
+    r.data.flip = true;
+    let straight = train(&r, &root.join("a"), &VitHooks::default(), |_| {}).unwrap();
+    let stop = VitHooks {
+        stop_after: Some(7),
+        ..VitHooks::default()
+    };
+    let part = train(&r, &root.join("b"), &stop, |_| {}).unwrap();
+    assert!(!part.finished && part.steps == 7);
+    assert!(
+        part.checkpoint.ends_with("ckpt-000006.gguf"),
+        "{:?}",
+        part.checkpoint
+    );
+    let resume = VitHooks {
+        resume: true,
+        ..VitHooks::default()
+    };
+    let mut starts = Vec::new();
+    let rest = train(&r, &root.join("b"), &resume, |e| {
+        if let toy::train::events::Event::RunStart { start_step, .. } = e {
+            starts.push(*start_step)
+        }
+    })
+    .unwrap();
+    assert_eq!(starts, [6]);
+    assert!(rest.finished && rest.steps == 12);
+    assert_eq!(rest.params, straight.params);
+    // resuming a folder with no checkpoint says so
+    let e = train(&r, &root.join("empty"), &resume, |_| {})
+        .err()
+        .unwrap();
+    assert!(e.contains("no complete checkpoint"), "{e}");
+}
+
+/// The committed image recipes parse and their shapes check out.
+#[test]
+fn the_committed_vit_recipes_parse() {
+    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../recipes");
+    for name in ["vit-fashion.toml", "vit-tiny.toml"] {
+        let text = std::fs::read_to_string(dir.join(name)).unwrap();
+        assert!(toy::vision::train::is_vit_recipe(&text), "{name}");
+        let r = VitRecipe::from_toml(&text).unwrap_or_else(|e| panic!("{name}: {e}"));
+        assert_eq!(r.vit.classes, 10, "{name}");
+    }
+    let tiny =
+        VitRecipe::from_toml(&std::fs::read_to_string(dir.join("vit-tiny.toml")).unwrap()).unwrap();
+    assert_eq!(
+        (
+            tiny.vit.image,
+            tiny.vit.patch,
+            tiny.vit.width,
+            tiny.vit.depth,
+            tiny.vit.heads
+        ),
+        (224, 16, 192, 12, 3)
+    );
 }

@@ -124,8 +124,24 @@ pub struct RunSummary {
     pub total_steps: usize,
     pub last_loss: Option<f32>,
     pub val_loss: Option<f32>,
+    /// The newest validation accuracy (image classifiers).
+    pub accuracy: Option<f32>,
     /// "running/stopped", "done", or "failed: ...".
     pub status: String,
+}
+
+/// The architecture and planned steps of the run in `dir`: a language-model recipe, or an
+/// image classifier's (`[vit]`, `vision::recipe`), read as a plain table.
+fn run_shape(dir: &Path) -> Option<(String, usize)> {
+    if let Ok((_, recipe)) = RunDir::open(dir) {
+        let arch = format!("{:?}", recipe.model.arch).to_lowercase();
+        return Some((arch, recipe.train.steps));
+    }
+    let text = std::fs::read_to_string(dir.join("config.toml")).ok()?;
+    let t: toml::Table = text.parse().ok()?;
+    t.get("vit")?;
+    let steps = t.get("train")?.get("steps")?.as_integer()?;
+    Some(("vit".into(), steps as usize))
 }
 
 /// Every run folder under `runs_dir`, sorted by id.
@@ -141,17 +157,21 @@ pub fn list_runs(runs_dir: &Path) -> Result<Vec<RunSummary>, RunError> {
         .collect();
     dirs.sort();
     for d in dirs {
-        let Ok((run, recipe)) = RunDir::open(&d) else {
+        let Some((arch, total_steps)) = run_shape(&d) else {
             continue;
         };
-        let events = read_events(&run.events_path()).unwrap_or_default();
+        let events = read_events(&d.join("events.jsonl")).unwrap_or_default();
         let mut s = RunSummary {
-            id: run.id,
-            arch: format!("{:?}", recipe.model.arch).to_lowercase(),
+            id: d
+                .file_name()
+                .map(|n| n.to_string_lossy().into_owned())
+                .unwrap_or_default(),
+            arch,
             steps: 0,
-            total_steps: recipe.train.steps,
+            total_steps,
             last_loss: None,
             val_loss: None,
+            accuracy: None,
             status: "incomplete".into(),
         };
         for e in events {
@@ -165,6 +185,15 @@ pub fn list_runs(runs_dir: &Path) -> Result<Vec<RunSummary>, RunError> {
                     metrics: None,
                     ..
                 } => s.val_loss = Some(val_loss),
+                // an image classifier's own evaluation: its validation loss and accuracy
+                Event::Eval {
+                    val_loss,
+                    metrics: Some(m),
+                    ..
+                } if m.name == "accuracy" => {
+                    s.val_loss = Some(val_loss);
+                    s.accuracy = m.results["top1"].as_f64().map(|a| a as f32);
+                }
                 Event::Eval { .. } => {}
                 Event::RunStart { .. } => s.status = "incomplete".into(),
                 Event::RunEnd { status, .. } => s.status = status,

@@ -5,5 +5,6 @@ pub mod batch;
 pub mod checkpoint;
 pub mod confusion_plot;
 pub mod eval;
+pub mod recipe;
 pub mod train;
 pub mod vit;

@@ -1,90 +1,21 @@
-//! Training the ViT classifier: a recipe (`[vit]` shape, `[data]` shards of `toy data images`
-//! and their batches, `[train]` schedule), AdamW with linear warm-up and cosine decay, label
-//! smoothing, batches made on a worker thread while the step runs, `events.jsonl` (steps with
-//! images/s, evaluations with accuracy), a NaN stop, and the weights as GGUF (`vit.*` keys).
+//! Training the ViT classifier on a recipe (`recipe.rs`): AdamW with linear warm-up and cosine
+//! decay, label smoothing, batches made on a worker thread while the step runs,
+//! `events.jsonl` (steps with images/s, evaluations with accuracy), a NaN stop, checkpoints
+//! (`ckpt-NNNNNN.gguf` with `vit.*` keys, and the `.state` file `toy train --resume`
+//! continues from bit for bit) and the final weights as `model.gguf`.
 
 use super::batch::{batch, BatchSpec};
+pub use super::recipe::{is_vit_recipe, VitRecipe};
 use super::vit::{init, smoothed_loss, Vit, VitActs, VitConfig};
 use crate::gguf::{GgufWriter, Value};
 use crate::images::{shard, ImageSet};
 use crate::infer::sampler::argmax;
+use crate::train::checkpoint::{self, Fault, StateHeader, StateView};
 use crate::train::events::{now, Event, EventLog};
+use crate::train::rng::SplitMix64;
 use std::path::{Path, PathBuf};
 use tinynn::optim::{lr_at, AdamW, AdamWConfig};
 use tinynn::quant::GgmlType;
-
-#[derive(Clone, Debug, serde::Serialize, serde::Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct VitRecipe {
-    pub name: String,
-    pub vit: VitConfig,
-    pub data: VitData,
-    pub train: VitTrain,
-}
-
-#[derive(Clone, Debug, serde::Serialize, serde::Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct VitData {
-    /// Shards written by `toy data images`.
-    pub dir: PathBuf,
-    pub mean: Vec<f32>,
-    pub std: Vec<f32>,
-    #[serde(default)]
-    pub crop_pad: usize,
-    #[serde(default)]
-    pub flip: bool,
-}
-
-#[derive(Clone, Debug, serde::Serialize, serde::Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct VitTrain {
-    pub batch: usize,
-    pub steps: usize,
-    pub lr: f32,
-    #[serde(default)]
-    pub min_lr: f32,
-    pub warmup: usize,
-    pub weight_decay: f32,
-    #[serde(default)]
-    pub label_smoothing: f32,
-    pub eval_every: usize,
-    #[serde(default)]
-    pub seed: u64,
-}
-
-/// Whether a recipe's TOML trains the image classifier (it has a `[vit]` table).
-pub fn is_vit_recipe(text: &str) -> bool {
-    text.parse::<toml::Table>()
-        .is_ok_and(|t| t.contains_key("vit"))
-}
-
-impl VitRecipe {
-    pub fn from_toml(text: &str) -> Result<Self, String> {
-        let r: VitRecipe = toml::from_str(text).map_err(|e| e.to_string())?;
-        r.vit.check()?;
-        let ch = r.vit.channels;
-        if r.data.mean.len() != ch || r.data.std.len() != ch {
-            return Err(format!(
-                "data.mean and data.std need {ch} entries (one per channel)"
-            ));
-        }
-        if r.train.batch == 0 || r.train.steps == 0 || r.train.eval_every == 0 {
-            return Err("train.batch, train.steps and train.eval_every must be at least 1".into());
-        }
-        Ok(r)
-    }
-
-    pub fn batch_spec(&self, augment: bool) -> BatchSpec {
-        BatchSpec {
-            size: self.vit.image,
-            channels: self.vit.channels,
-            mean: self.data.mean.clone(),
-            std: self.data.std.clone(),
-            crop_pad: if augment { self.data.crop_pad } else { 0 },
-            flip: augment && self.data.flip,
-        }
-    }
-}
 
 /// Top-1 accuracy, mean loss (unsmoothed) and the predicted classes of `p` on `set`.
 pub fn evaluate(vit: &Vit, p: &[f32], set: &ImageSet, spec: &BatchSpec) -> (f32, f32, Vec<u16>) {
@@ -161,22 +92,115 @@ pub fn save(path: &Path, r: &VitRecipe, classes: &[String], p: &[f32]) -> Result
 
 /// What a training run ended with.
 pub struct VitOutcome {
+    /// Steps done (all of them unless `stop_after` stopped the run).
     pub steps: usize,
+    pub finished: bool,
     pub val_accuracy: f32,
     pub test_accuracy: Option<f32>,
+    /// `model.gguf` when the run finished, else the newest checkpoint.
     pub checkpoint: PathBuf,
     /// The trained parameters (as the checkpoint holds them).
     pub params: Vec<f32>,
+}
+
+/// How a run starts and stops.
+#[derive(Clone, Debug, Default)]
+pub struct VitHooks {
+    /// Continue from the run folder's newest complete checkpoint.
+    pub resume: bool,
+    /// Stop after this many steps, as an interruption would (no extra checkpoint).
+    pub stop_after: Option<usize>,
+    /// Also checkpoint the initial weights (ckpt-000000), e.g. to start PyTorch from them.
+    pub checkpoint_start: bool,
+}
+
+/// The parameters, the optimizer and the steps done: fresh, or from the newest checkpoint.
+fn start(r: &VitRecipe, run: &Path, resume: bool) -> Result<(Vec<f32>, AdamW, usize), String> {
+    let mut opt = AdamW::new(
+        r.vit.n_params(),
+        AdamWConfig {
+            beta1: 0.9,
+            beta2: 0.999,
+            eps: 1e-8,
+            weight_decay: r.train.weight_decay,
+        },
+    );
+    if !resume {
+        return Ok((init(&r.vit, r.train.seed), opt, 0));
+    }
+    let (step, path) = checkpoint::latest(run).map_err(|e| e.to_string())?;
+    let s = checkpoint::load_state(&path).map_err(|e| e.to_string())?;
+    if s.params.len() != r.vit.n_params() {
+        return Err(format!(
+            "{}: {} parameters, the recipe's ViT has {}",
+            path.display(),
+            s.params.len(),
+            r.vit.n_params()
+        ));
+    }
+    (opt.m, opt.v, opt.t) = (s.m, s.v, s.header.adam_t);
+    Ok((s.params, opt, step))
+}
+
+/// The training images of step `step`: epoch `step / (n / batch)` is a Fisher-Yates shuffle
+/// drawn from SplitMix64 seeded by (seed, epoch), so other tools can draw the same order
+/// (`bench/pytorch/train_vit_torch.py`).
+pub fn order(n: usize, batch: usize, seed: u64, step: usize) -> Vec<usize> {
+    let per_epoch = (n / batch).max(1);
+    let (epoch, k) = (step / per_epoch, step % per_epoch);
+    let mut idx: Vec<usize> = (0..n).collect();
+    let mut rng = SplitMix64::new(seed ^ (epoch as u64 + 1).wrapping_mul(0x9E37_79B9_7F4A_7C15));
+    for i in (1..n).rev() {
+        idx.swap(i, rng.below(i as u64 + 1) as usize);
+    }
+    idx[k * batch..((k + 1) * batch).min(n)].to_vec()
+}
+
+/// Writes `ckpt-NNNNNN.gguf`, then its `.state` (the mark of a complete checkpoint).
+fn save_checkpoint(
+    run: &Path,
+    r: &VitRecipe,
+    classes: &[String],
+    p: &[f32],
+    opt: &AdamW,
+    step: usize,
+) -> Result<PathBuf, String> {
+    let gguf = run.join(checkpoint::gguf_name(step));
+    save(&gguf, r, classes, p)?;
+    let view = StateView {
+        header: StateHeader {
+            step,
+            adam_t: opt.t,
+            data_rng: 0,
+            n_params: p.len() as u64,
+            data_epoch: 0,
+            data_pos: 0,
+        },
+        params: p,
+        m: &opt.m,
+        v: &opt.v,
+    };
+    checkpoint::save_state(&run.join(checkpoint::state_name(step)), &view, Fault::None)
+        .map_err(|e| e.to_string())?;
+    Ok(gguf)
 }
 
 /// Train `r` into the run folder `run`; `observe` sees every event as it is logged.
 pub fn train(
     r: &VitRecipe,
     run: &Path,
+    hooks: &VitHooks,
     mut observe: impl FnMut(&Event),
 ) -> Result<VitOutcome, String> {
     let train_set = shard::read(&r.data.dir, "train").map_err(|e| e.to_string())?;
-    let val_set = shard::read(&r.data.dir, "val").map_err(|e| e.to_string())?;
+    let mut val_set = shard::read(&r.data.dir, "val").map_err(|e| e.to_string())?;
+    if r.train.eval_images > 0 && r.train.eval_images < val_set.len() {
+        let n = r.train.eval_images;
+        val_set.labels.truncate(n);
+        val_set
+            .pixels
+            .truncate(n * val_set.h * val_set.w * val_set.c);
+    }
     if train_set.classes.len() != r.vit.classes {
         return Err(format!(
             "{} has {} classes, the recipe's vit.classes is {}",
@@ -186,70 +210,54 @@ pub fn train(
         ));
     }
     std::fs::create_dir_all(run).map_err(|e| e.to_string())?;
+    let (mut p, mut opt, first) = start(r, run, hooks.resume)?;
     let mut log = EventLog::append(&run.join("events.jsonl")).map_err(|e| e.to_string())?;
     let mut emit = |e: Event| -> Result<(), String> {
         log.write(&e).map_err(|e| e.to_string())?;
         observe(&e);
         Ok(())
     };
-    let config = serde_json::to_value(r).unwrap_or_default();
     emit(Event::RunStart {
-        config,
+        config: serde_json::to_value(r).unwrap_or_default(),
         time: now(),
-        start_step: 0,
+        start_step: first,
     })?;
+    if hooks.checkpoint_start && first == 0 {
+        save_checkpoint(run, r, &train_set.classes, &p, &opt, 0)?;
+    }
     let vit = Vit::new(r.vit.clone());
-    let mut p = init(&r.vit, r.train.seed);
-    let mut opt = AdamW::new(
-        p.len(),
-        AdamWConfig {
-            beta1: 0.9,
-            beta2: 0.999,
-            eps: 1e-8,
-            weight_decay: r.train.weight_decay,
-        },
-    );
     let decay = decay_ranges(&r.vit);
     let (spec, plain) = (r.batch_spec(true), r.batch_spec(false));
     let t = &r.train;
-    // the next batch is made on a worker thread while the step runs
-    let (tx, rx) = std::sync::mpsc::sync_channel(2);
-    let order = |step: usize| -> Vec<usize> {
-        use rand::seq::SliceRandom;
-        use rand::SeedableRng;
-        let per_epoch = train_set.len() / t.batch;
-        let (epoch, k) = (step / per_epoch.max(1), step % per_epoch.max(1));
-        let mut idx: Vec<usize> = (0..train_set.len()).collect();
-        idx.shuffle(&mut rand::rngs::StdRng::seed_from_u64(
-            t.seed ^ (epoch as u64 + 1),
-        ));
-        idx[k * t.batch..((k + 1) * t.batch).min(idx.len())].to_vec()
-    };
-    let mut last = VitOutcome {
-        steps: 0,
+    let last_step = hooks
+        .stop_after
+        .map_or(t.steps, |s| s.clamp(first, t.steps));
+    let mut out = VitOutcome {
+        steps: first,
+        finished: last_step == t.steps,
         val_accuracy: 0.0,
         test_accuracy: None,
         checkpoint: run.join("model.gguf"),
         params: Vec::new(),
     };
-    let (set_ref, spec_ref, order_ref) = (&train_set, &spec, &order);
+    // the next batch is made on a worker thread while the step runs
+    let (tx, rx) = std::sync::mpsc::sync_channel(2);
+    let (set_ref, spec_ref) = (&train_set, &spec);
     std::thread::scope(|s| -> Result<(), String> {
         // the receiver lives in this closure: an early return drops it, ending the thread
         let rx = rx;
         s.spawn(move || {
-            for step in 0..t.steps {
-                let idx = order_ref(step);
-                if tx
-                    .send(batch(set_ref, &idx, spec_ref, Some((t.seed, step as u64))))
-                    .is_err()
-                {
+            for step in first..last_step {
+                let idx = order(set_ref.len(), t.batch, t.seed, step);
+                let b = batch(set_ref, &idx, spec_ref, Some((t.seed, step as u64)));
+                if tx.send(b).is_err() {
                     return;
                 }
             }
         });
         let mut a = VitActs::default();
         let mut grads = vec![0.0; p.len()];
-        for step in 0..t.steps {
+        for step in first..last_step {
             let (x, y) = rx
                 .recv()
                 .map_err(|_| "the batch thread stopped".to_string())?;
@@ -266,24 +274,19 @@ pub fn train(
             }
             grads.fill(0.0);
             vit.backward(&p, &a, &dl, &mut grads, y.len());
-            let grad_norm = grads
-                .iter()
-                .map(|g| (*g as f64).powi(2))
-                .sum::<f64>()
-                .sqrt() as f32;
+            let grad_norm = tinynn::optim::grad_norm(&grads);
             let lr = lr_at(step, t.warmup, t.steps, t.lr, t.min_lr);
             opt.step(&mut p, &grads, lr, &decay);
-            let img_s = y.len() as f64 / ts.elapsed().as_secs_f64().max(1e-9);
             emit(Event::Step {
                 step: step + 1,
                 loss,
                 lr,
                 grad_norm,
-                tok_s: img_s,
+                tok_s: y.len() as f64 / ts.elapsed().as_secs_f64().max(1e-9),
                 time: now(),
             })?;
-            let done = step + 1 == t.steps;
-            if (step + 1) % t.eval_every == 0 || done {
+            let (n, done) = (step + 1, step + 1 == t.steps);
+            if n % t.eval_every == 0 || done {
                 let (acc, val_loss, _) = evaluate(&vit, &p, &val_set, &plain);
                 let metrics = crate::train::events::EvalMetrics {
                     name: "accuracy".into(),
@@ -293,29 +296,54 @@ pub fn train(
                     time: now(),
                 };
                 emit(Event::Eval {
-                    step: step + 1,
+                    step: n,
                     val_loss,
                     sample: format!("val accuracy {:.2}%", 100.0 * acc),
                     metrics: Some(metrics),
                 })?;
-                last.val_accuracy = acc;
+                out.val_accuracy = acc;
             }
+            if n % r.checkpoint_every() == 0 || done {
+                let path = save_checkpoint(run, r, &train_set.classes, &p, &opt, n)?;
+                out.checkpoint = path.clone();
+                emit(Event::Checkpoint {
+                    step: n,
+                    path: path.display().to_string(),
+                })?;
+            }
+            out.steps = n;
         }
-        last.steps = t.steps;
         Ok(())
     })?;
-    save(&last.checkpoint, r, &train_set.classes, &p)?;
-    emit(Event::Checkpoint {
-        step: t.steps,
-        path: last.checkpoint.display().to_string(),
-    })?;
-    if let Ok(test) = shard::read(&r.data.dir, "test") {
-        last.test_accuracy = Some(evaluate(&vit, &p, &test, &plain).0);
+    if out.finished {
+        out.checkpoint = run.join("model.gguf");
+        save(&out.checkpoint, r, &train_set.classes, &p)?;
+        if let Ok(test) = shard::read(&r.data.dir, "test") {
+            out.test_accuracy = Some(evaluate(&vit, &p, &test, &plain).0);
+        }
+        emit(Event::RunEnd {
+            step: t.steps,
+            status: "done".into(),
+        })?;
     }
-    emit(Event::RunEnd {
-        step: t.steps,
-        status: "done".into(),
-    })?;
-    last.params = p;
-    Ok(last)
+    out.params = p;
+    Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn each_epoch_visits_every_image_once_in_a_new_order() {
+        let epoch = |e: usize| -> Vec<usize> {
+            (0..5)
+                .flat_map(|k| super::order(50, 10, 3, 5 * e + k))
+                .collect()
+        };
+        let (a, b) = (epoch(0), epoch(1));
+        let mut sorted = a.clone();
+        sorted.sort_unstable();
+        assert_eq!(sorted, (0..50).collect::<Vec<_>>());
+        assert_ne!(a, b);
+        assert_eq!(a, epoch(0), "the same order for the same seed and epoch");
+    }
 }
