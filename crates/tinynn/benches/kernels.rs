@@ -147,5 +147,33 @@ fn attention(c: &mut Criterion) {
     g.finish();
 }
 
-criterion_group!(benches, decode, prefill, attention);
+/// The three products of a training step's linear layer (forward x W^T, dx = dy W,
+/// dW = dy^T x) in f32 (the `gemm` crate) and in bf16 (`kernels::bf16gemm`), at the shapes of
+/// the ViT on Fashion-MNIST (2176 rows, 128 -> 384) and of recipes/small.toml's MLP.
+fn train_products(c: &mut Criterion) {
+    use tinynn::layers::matmul::{matmul_dytx, matmul_dyw, matmul_xwt, set_precision, Precision};
+    let mut g = c.benchmark_group("train_products");
+    g.sample_size(10);
+    for (n, k, m) in [(2176usize, 128usize, 384usize), (4096, 384, 1536)] {
+        let (x, w, dy) = (data(n * k, 1), data(m * k, 2), data(n * m, 3));
+        let (mut y, mut dx, mut dw) = (vec![0f32; n * m], vec![0f32; n * k], vec![0f32; m * k]);
+        g.throughput(Throughput::Elements((3 * n * k * m) as u64));
+        for p in [Precision::F32, Precision::Bf16] {
+            if set_precision(p) != p {
+                continue;
+            }
+            g.bench_function(format!("{p:?}_n{n}_k{k}_m{m}"), |b| {
+                b.iter(|| {
+                    matmul_xwt(&mut y, black_box(&x), &w, n, k, m, false);
+                    matmul_dyw(&mut dx, &dy, &w, n, k, m, false);
+                    matmul_dytx(&mut dw, &dy, &x, n, k, m);
+                })
+            });
+        }
+        set_precision(Precision::F32);
+    }
+    g.finish();
+}
+
+criterion_group!(benches, decode, prefill, attention, train_products);
 criterion_main!(benches);

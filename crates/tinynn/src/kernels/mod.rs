@@ -13,6 +13,10 @@ pub mod arena;
 #[allow(clippy::needless_range_loop)]
 pub mod attention;
 pub mod attention_tiled;
+#[cfg(target_arch = "x86_64")]
+pub mod bf16amx;
+pub mod bf16gemm;
+mod bf16pack;
 pub mod dot;
 pub mod f16dot;
 mod fallback;

@@ -4,8 +4,42 @@
 //! are never zeroed into a scratch and added afterwards.
 //!
 //! Shapes: X (N, K), W (M, K) row-major as GGUF stores a (out, in) matrix, Y (N, M).
+//!
+//! [`set_precision`]`(Precision::Bf16)` sends the three products to the bf16 kernel
+//! (`kernels::bf16gemm`: operands rounded to bf16, sums in f32), as PyTorch's autocast does for
+//! a training step; like `torch.set_float32_matmul_precision` it is process-wide.
 
 pub(crate) use gemm::Parallelism;
+use std::sync::atomic::{AtomicU8, Ordering};
+
+/// What the linear layers' products compute in.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Precision {
+    F32,
+    /// bf16 operands, f32 sums (AVX512-BF16).
+    Bf16,
+}
+
+static PRECISION: AtomicU8 = AtomicU8::new(0);
+
+/// Sets the products' precision for the whole process; returns the one in effect (bf16 falls
+/// back to f32 on a CPU without AVX512-BF16).
+pub fn set_precision(p: Precision) -> Precision {
+    let p = match p {
+        Precision::Bf16 if crate::kernels::bf16gemm::available() => Precision::Bf16,
+        _ => Precision::F32,
+    };
+    PRECISION.store(p as u8, Ordering::Relaxed);
+    p
+}
+
+/// The products' precision now.
+pub fn precision() -> Precision {
+    match PRECISION.load(Ordering::Relaxed) {
+        1 => Precision::Bf16,
+        _ => Precision::F32,
+    }
+}
 
 /// Products smaller than this many multiply-adds run on one thread: below it, rayon's
 /// fork/join costs more than it saves.
@@ -39,6 +73,21 @@ unsafe fn raw(
     rhs_rs: isize,
 ) {
     let par = parallelism(m, n, k);
+    if precision() == Precision::Bf16 {
+        use crate::kernels::bf16gemm::{gemm, View};
+        let a = View {
+            ptr: lhs,
+            rs: lhs_rs,
+            cs: lhs_cs,
+        };
+        let b = View {
+            ptr: rhs,
+            rs: rhs_rs,
+            cs: rhs_cs,
+        };
+        let par = matches!(par, Parallelism::Rayon(_));
+        return gemm(m, n, k, dst, dst_rs, acc, a, b, 1.0, par);
+    }
     gemm_strided(
         m, n, k, dst, dst_rs, acc, lhs, lhs_cs, lhs_rs, rhs, rhs_cs, rhs_rs, 1.0, par,
     )

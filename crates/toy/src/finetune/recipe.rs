@@ -84,6 +84,9 @@ pub struct FtTrainSection {
     pub steps: usize,
     #[serde(default)]
     pub seed: u64,
+    /// "f32", or "bf16": the f32 matrix products on bf16 operands (`train::precision`).
+    #[serde(default)]
+    pub precision: crate::train::precision::Precision,
 }
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]

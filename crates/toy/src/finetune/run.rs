@@ -166,6 +166,7 @@ pub fn finetune(
     hooks: &Hooks,
     observe: &mut dyn FnMut(&Event),
 ) -> Result<Outcome, FinetuneError> {
+    let _precision = crate::train::precision::Scope::enter(recipe.train.precision);
     let stop_after = hooks.stop_after;
     let mut dump = match &hooks.dump_batches {
         None => None,

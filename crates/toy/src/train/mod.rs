@@ -28,6 +28,7 @@ pub mod evaluate;
 pub mod events;
 pub mod export;
 pub mod plot;
+pub mod precision;
 pub mod recipe;
 pub mod rng;
 pub mod run;

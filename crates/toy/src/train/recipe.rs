@@ -95,6 +95,9 @@ pub struct TrainSection {
     pub steps: usize,
     #[serde(default)]
     pub seed: u64,
+    /// "f32", or "bf16": the matrix products on bf16 operands (`train::precision`).
+    #[serde(default)]
+    pub precision: super::precision::Precision,
 }
 
 /// `[optim]`: AdamW and the learning-rate schedule (linear warm-up, cosine to `min_lr`).

@@ -145,6 +145,7 @@ pub fn train(
     hooks: &Hooks,
     observe: &mut dyn FnMut(&Event),
 ) -> Result<Outcome, TrainRunError> {
+    let _precision = super::precision::Scope::enter(recipe.train.precision);
     let mut s = Session::open(run, recipe, resume, hooks.init_from.as_deref(), observe)?;
     let total = recipe.train.steps;
     if hooks.checkpoint_at_start && s.start == 0 {

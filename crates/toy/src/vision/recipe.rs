@@ -50,6 +50,9 @@ pub struct VitTrain {
     pub checkpoint_every: usize,
     #[serde(default)]
     pub seed: u64,
+    /// "f32", or "bf16": the matrix products on bf16 operands (`train::precision`).
+    #[serde(default)]
+    pub precision: crate::train::precision::Precision,
 }
 
 /// Whether a recipe's TOML trains the image classifier (it has a `[vit]` table).

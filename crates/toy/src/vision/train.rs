@@ -210,6 +210,7 @@ pub fn train(
         ));
     }
     std::fs::create_dir_all(run).map_err(|e| e.to_string())?;
+    let _precision = crate::train::precision::Scope::enter(r.train.precision);
     let (mut p, mut opt, first) = start(r, run, hooks.resume)?;
     let mut log = EventLog::append(&run.join("events.jsonl")).map_err(|e| e.to_string())?;
     let mut emit = |e: Event| -> Result<(), String> {
