@@ -21,7 +21,10 @@
 # already built that llama.cpp commit, its Python package over those libraries. llama.cpp runs
 # with flash attention, the attention path toy's inference follows. Not part of CI.
 #
-# Environment: THREADS (2), STEPS_TINY (300), STEPS_SMALL (40), LLAMA_STEPS (300), OWN_INIT (0),
+# With PRECISIONS=f32,bf16 (default) toy also trains with `precision = "bf16"`, and with
+# MODES=eager,compile,compile-bf16 (default) PyTorch also under torch.autocast(bfloat16) with
+# torch.compile; the table then gives toy bf16 against each.
+# Environment: PRECISIONS, MODES, THREADS (2), STEPS_TINY (300), STEPS_SMALL (40), LLAMA_STEPS (300), OWN_INIT (0),
 # SKIP_LLAMA_CPP (0), SKIP_COMPARE (0; 1 runs only the llama.cpp check), TORCH_VERSION (2.15.0),
 # OMP_WAIT_POLICY (passive for PyTorch: its default spin-waiting collapses when other processes
 # share the cores; set active on a quiet machine). Results: target/bench-pytorch/*.json.
@@ -37,6 +40,8 @@ LLAMA_STEPS=${LLAMA_STEPS:-300}
 SKIP_LLAMA_CPP=${SKIP_LLAMA_CPP:-0}
 SKIP_COMPARE=${SKIP_COMPARE:-0}
 OWN_INIT=${OWN_INIT:-0}
+PRECISIONS=${PRECISIONS:-f32,bf16}
+MODES=${MODES:-eager,compile,compile-bf16}
 TORCH_VERSION=${TORCH_VERSION:-2.15.0}
 readonly LLAMA_CPP_PY=0.3.36
 
@@ -78,6 +83,7 @@ for cfg in "${configs[@]+"${configs[@]}"}"; do
     data=$(data_for "$(vocab_of "$recipe")")
     log "$cfg: $steps steps each of toy, torch eager, torch.compile at $THREADS threads"
     "$py" bench/pytorch/compare.py "$recipe" --toy "$toy" --python "$py" --data "$data" \
+        --precisions "$PRECISIONS" --modes "$MODES" \
         --steps "$steps" --threads "$THREADS" --runs-dir "$work/runs-$cfg" \
         --out "$work/compare-$cfg.json" $([ "$OWN_INIT" = 1 ] && echo --own-init) || status=1
 done

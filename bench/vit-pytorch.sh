@@ -13,7 +13,8 @@
 # 2%). Needs Fashion-MNIST shards in data/fashion-mnist (`toy data images`; the package
 # dataset-fashion-mnist). Results: target/bench-vit/*.json. Not part of CI.
 #
-# Environment: THREADS (2), STEPS_FASHION (200), STEPS_TINY (30), TORCH_VENV (a venv with torch;
+# Environment: PRECISIONS (f32,bf16: toy's runs), MODES (eager,compile,compile-bf16: PyTorch's,
+# the last under torch.autocast(bfloat16)), THREADS (2), STEPS_FASHION (200), STEPS_TINY (30), TORCH_VENV (a venv with torch;
 # default target/pytorch-venv, made here), TORCH_VERSION (2.15.0), OMP_WAIT_POLICY (passive).
 set -euo pipefail
 
@@ -54,6 +55,7 @@ for recipe in "${recipes[@]}"; do
     log "$name: $steps steps each of toy, torch eager, torch.compile at $THREADS threads"
     "$py" bench/pytorch/compare.py "$recipe" --kind vit --toy "$toy" --python "$py" \
         --data "$data" --steps "$steps" --threads "$THREADS" --warmup-steps 5 \
+        --precisions "${PRECISIONS:-f32,bf16}" --modes "${MODES:-eager,compile,compile-bf16}" \
         --runs-dir "$runs" --out "$work/compare-$name.json" || status=1
 done
 exit $status

@@ -51,7 +51,10 @@ def main():
     ap.add_argument("--warmup-steps", type=int, default=10)
     ap.add_argument("--runs-dir", required=True)
     ap.add_argument("--set", action="append", default=[])
-    ap.add_argument("--modes", default="eager,compile")
+    ap.add_argument("--modes", default="eager,compile",
+                    help="PyTorch runs: eager, compile, eager-bf16, compile-bf16 (autocast)")
+    ap.add_argument("--precisions", default="f32",
+                    help="toy runs: f32, bf16 ([train] precision)")
     ap.add_argument("--out", required=True)
     ap.add_argument("--kind", choices=["lm", "vit"], default="lm",
                     help="vit: an image recipe ([vit]), trained by train_vit_torch.py without augmentation")
@@ -71,29 +74,34 @@ def main():
     results = {}
 
     # toy first: the smallest peak RSS, so RUSAGE_CHILDREN gives its own.
-    cmd = [args.toy, "-t", str(args.threads), "train", args.recipe, "--runs-dir", args.runs_dir,
-           "--checkpoint-start"]
-    for s in sets:
-        cmd += ["--set", s]
-    out, rss, wall, own = run_measured(cmd)
-    runs = sorted(glob.glob(os.path.join(args.runs_dir, "*")), key=os.path.getmtime)
-    run = runs[-1]
-    events = [json.loads(l) for l in open(os.path.join(run, "events.jsonl"))]
-    steps = [e for e in events if e["type"] == "step"]
-    results["toy"] = {
-        "tok_s": statistics.median([e["tok_s"] for e in steps[args.warmup_steps:]] or [0]),
-        "losses": [e["loss"] for e in steps],
-        "peak_rss_mib": rss,
-        "wall_s": wall,
-        "run": run,
-    }
+    for prec in args.precisions.split(","):
+        who = "toy" if prec == "f32" else f"toy-{prec}"
+        runs_dir = args.runs_dir if prec == "f32" else f"{args.runs_dir}-{prec}"
+        cmd = [args.toy, "-t", str(args.threads), "train", args.recipe, "--runs-dir", runs_dir,
+               "--checkpoint-start", "--set", f'train.precision="{prec}"']
+        for s in sets:
+            cmd += ["--set", s]
+        out, rss, wall, own = run_measured(cmd)
+        runs = sorted(glob.glob(os.path.join(runs_dir, "*")), key=os.path.getmtime)
+        events = [json.loads(l) for l in open(os.path.join(runs[-1], "events.jsonl"))]
+        steps = [e for e in events if e["type"] == "step"]
+        results[who] = {
+            "tok_s": statistics.median([e["tok_s"] for e in steps[args.warmup_steps:]] or [0]),
+            "losses": [e["loss"] for e in steps],
+            "peak_rss_mib": rss,
+            "wall_s": wall,
+            "run": runs[-1],
+        }
+    run = results["toy"]["run"]
 
     for mode in args.modes.split(","):
-        cmd = [args.python, os.path.join(HERE, trainer), args.recipe, "--mode", mode,
+        cmd = [args.python, os.path.join(HERE, trainer), args.recipe, "--mode", mode.split("-")[0],
                "--steps", str(args.steps), "--threads", str(args.threads),
                "--warmup-steps", str(args.warmup_steps)]
         for s in sets:
             cmd += ["--set", s]
+        if mode.endswith("-bf16"):
+            cmd.append("--bf16")
         if not args.own_init:
             cmd += ["--init-from", os.path.join(run, "ckpt-000000.gguf")]
         # OpenMP's default active spin-waiting makes PyTorch ~20x slower at 2 threads when other
@@ -113,15 +121,23 @@ def main():
     init = "own init" if args.own_init else "toy's init"
     print(f"\n== {name}: {args.steps} steps, {args.threads} threads, {init}, load average {load:.1f} "
           f"({' '.join(args.set) or 'recipe as is'}) ==")
+    print("toy/x: the fastest toy run over x (for toy's own rows: x over toy f32); "
+          "loss ratio: toy f32 over x")
     print(f"{'':16}{unit:>10}{'toy/x':>8}{'peak RSS MiB':>14}{'loss@end':>10}{'toy/x loss':>12}")
     ok = True
     for who, r in results.items():
         lx = tail_mean(r["losses"])
-        speed = toy["tok_s"] / r["tok_s"] if who != "toy" else 1.0
+        best = results.get("toy-bf16", toy)
+        speed = best["tok_s"] / r["tok_s"] if not who.startswith("toy") else r["tok_s"] / toy["tok_s"]
         lr = lt / lx
         if who != "toy" and abs(lr - 1) > 0.02:
             ok = False
         print(f"{who:16}{r['tok_s']:>10.0f}{speed:>8.2f}{r['peak_rss_mib']:>14.1f}{lx:>10.4f}{lr:>12.4f}")
+    for who in [w for w in results if w.endswith("-bf16") and w.startswith("torch")]:
+        if "toy-bf16" in results:
+            r = tail_mean(results["toy-bf16"]["losses"]) / tail_mean(results[who]["losses"])
+            ok = ok and abs(r - 1) <= 0.02
+            print(f"toy-bf16 / {who} loss: {r:.4f}")
     print("losses agree within 2%" if ok else "LOSSES DIFFER BY MORE THAN 2%")
     results["summary"] = {"recipe": name, "steps": args.steps, "threads": args.threads,
                           "init": "own" if args.own_init else "toy's",

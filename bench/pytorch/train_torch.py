@@ -293,6 +293,8 @@ def main():
     ap.add_argument("recipe")
     ap.add_argument("--set", action="append", default=[])
     ap.add_argument("--mode", choices=["eager", "compile"], default="eager")
+    ap.add_argument("--bf16", action="store_true",
+                    help="torch.autocast('cpu', dtype=torch.bfloat16) around the forward (f32 master weights)")
     ap.add_argument("--steps", type=int, required=True, help="steps to run (schedule uses train.steps)")
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--warmup-steps", type=int, default=10, help="steps left out of the median")
@@ -346,7 +348,8 @@ def main():
         total = 0.0
         for _ in range(accum):
             x, y = batches.next()
-            loss = step_fn(x, y)
+            with torch.autocast("cpu", dtype=torch.bfloat16, enabled=args.bf16):
+                loss = step_fn(x, y)
             (loss / accum).backward()
             total += loss.item()
         if clip > 0:
@@ -360,7 +363,7 @@ def main():
         tok_s.append(b * t * accum / dt)
     steady = tok_s[args.warmup_steps:] or tok_s
     out = {
-        "who": f"torch-{args.mode}",
+        "who": f"torch-{args.mode}" + ("-bf16" if args.bf16 else ""),
         "torch": torch.__version__,
         "threads": torch.get_num_threads(),
         "steps": args.steps,

@@ -136,6 +136,8 @@ def main():
     ap.add_argument("recipe")
     ap.add_argument("--set", action="append", default=[])
     ap.add_argument("--mode", choices=["eager", "compile"], default="eager")
+    ap.add_argument("--bf16", action="store_true",
+                    help="torch.autocast('cpu', dtype=torch.bfloat16) around the forward (f32 master weights)")
     ap.add_argument("--steps", type=int, required=True, help="steps to run (schedule uses train.steps)")
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--warmup-steps", type=int, default=5, help="steps left out of the median")
@@ -173,7 +175,8 @@ def main():
         x, y = batch(labels, pixels, idx, v, d)
         t0 = time.perf_counter()
         opt.zero_grad(set_to_none=True)
-        loss = step_fn(x, y, smoothing)
+        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=args.bf16):
+            loss = step_fn(x, y, smoothing)
         loss.backward()
         lr = lr_at(step, tr["warmup"], tr["steps"], tr["lr"], tr.get("min_lr", 0.0))
         for g in opt.param_groups:
@@ -184,7 +187,7 @@ def main():
         img_s.append(len(idx) / dt)
     steady = img_s[args.warmup_steps:] or img_s
     print(json.dumps({
-        "who": f"torch-{args.mode}",
+        "who": f"torch-{args.mode}" + ("-bf16" if args.bf16 else ""),
         "torch": torch.__version__,
         "threads": torch.get_num_threads(),
         "steps": args.steps,

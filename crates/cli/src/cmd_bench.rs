@@ -1,7 +1,8 @@
 //! `toy bench`: prefill and decode speed in the manner of llama-bench (pp512 / tg128):
 //! prefill is one batched forward of `-p` tokens, decode is `-n` single-token steps, from an
 //! empty cache or one already holding `-d` tokens (llama-bench's depth); each is repeated `-r` times and reported as mean ± sd tokens/s, with the
-//! peak resident memory and the kernels this CPU dispatched to.
+//! peak resident memory and the kernels this CPU dispatched to. `--train RECIPE` measures a
+//! training step instead (`cmd_bench_train.rs`).
 
 use crate::common::{load, ModelArgs};
 use anyhow::{bail, Result};
@@ -28,6 +29,15 @@ pub struct Args {
     depth: usize,
     #[arg(long)]
     json: bool,
+    /// Instead: train this recipe for --steps steps and split the step time by kind of work.
+    #[arg(long, value_name = "RECIPE")]
+    train: Option<std::path::PathBuf>,
+    /// Steps of --train.
+    #[arg(long, default_value_t = 20)]
+    steps: usize,
+    /// Recipe overrides for --train, e.g. --set train.precision="bf16".
+    #[arg(long = "set", value_name = "KEY=VALUE")]
+    set: Vec<String>,
 }
 
 /// Mean and sample standard deviation.
@@ -78,6 +88,9 @@ pub fn peak_rss_mib() -> Option<f64> {
 }
 
 pub fn run(a: Args) -> Result<()> {
+    if let Some(recipe) = &a.train {
+        return crate::cmd_bench_train::run(recipe, a.steps, &a.set, a.json);
+    }
     if a.reps == 0 || (a.n_prompt == 0 && a.n_gen == 0) {
         bail!("nothing to measure: give -r >= 1 and -p or -n > 0");
     }

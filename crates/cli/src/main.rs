@@ -2,6 +2,7 @@
 //! parses the command line and hands each command to its own file.
 
 mod cmd_bench;
+mod cmd_bench_train;
 mod cmd_chat;
 mod cmd_compare;
 mod cmd_data;

@@ -565,3 +565,39 @@ fn data_images_writes_shards_from_idx_files_and_names_missing_data() {
     let err = toy_err(&["data", "images", "/no/such/dir", "--out", &arg(&out)]);
     assert!(err.contains("/no/such/dir"), "{err}");
 }
+
+/// `toy bench --train` trains the recipe a few steps and splits the step's time by kind of
+/// work, in f32 and in bf16.
+#[test]
+fn bench_train_splits_the_step_time() {
+    let tmp = TempDir::new("bench-train");
+    let recipe = prepared_recipe(&tmp);
+    for precision in ["f32", "bf16"] {
+        let set = format!("train.precision=\"{precision}\"");
+        let r = toy_json(&[
+            "bench",
+            "--train",
+            &arg(&recipe),
+            "--steps",
+            "6",
+            "--set",
+            &set,
+            "--json",
+        ]);
+        assert_eq!(r["steps_measured"], 4, "{r}");
+        assert!(
+            r["step_s"].as_f64().unwrap() > 0.0 && r["rate"].as_f64().unwrap() > 0.0,
+            "{r}"
+        );
+        let split = r["split"].as_object().unwrap();
+        for kind in ["products", "attention", "norms", "optimizer", "other"] {
+            assert!(split[kind].as_f64().unwrap() >= 0.0, "{kind}: {r}");
+        }
+        assert!(
+            split["products"].as_f64().unwrap() > 0.05,
+            "products took no time: {r}"
+        );
+        let sum: f64 = split.values().map(|v| v.as_f64().unwrap()).sum();
+        assert!((sum - 1.0).abs() < 0.2, "shares sum to {sum}: {r}");
+    }
+}

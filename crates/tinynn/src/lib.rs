@@ -5,4 +5,5 @@ pub mod kernels;
 pub mod layers;
 pub mod optim;
 pub mod pool;
+pub mod profile;
 pub mod quant;

@@ -76,7 +76,10 @@ fn bf16_training_tracks_f32_and_resumes_bit_for_bit() {
     let state = |d: &RunDir| load_state(&d.path.join(checkpoint::state_name(200))).unwrap();
     let (x, y) = (state(&bf16_dir), state(&part));
     assert!(
-        x.params.iter().map(|v| v.to_bits()).eq(y.params.iter().map(|v| v.to_bits())),
+        x.params
+            .iter()
+            .map(|v| v.to_bits())
+            .eq(y.params.iter().map(|v| v.to_bits())),
         "the resumed bf16 run differs"
     );
 }

@@ -91,6 +91,7 @@ impl Attention {
         t: usize,
         pos: Option<&[u32]>,
     ) {
+        let _prof = crate::profile::timer(crate::profile::Kind::Attention);
         let (s, hd, nh) = (self.qkv_width(), self.n_head * self.head_dim, self.n_head);
         assert!(qkv.len() >= b * t * s && out.len() >= b * t * hd && lse.len() >= b * nh * t);
         assert!(
@@ -147,6 +148,7 @@ impl Attention {
         t: usize,
         pos: Option<&[u32]>,
     ) {
+        let _prof = crate::profile::timer(crate::profile::Kind::Attention);
         let (s, hd, nh, nkv, d) = (
             self.qkv_width(),
             self.n_head * self.head_dim,

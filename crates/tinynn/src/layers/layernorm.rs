@@ -83,6 +83,7 @@ impl LayerNorm {
         rstd: &mut [f32],
         n: usize,
     ) {
+        let _prof = crate::profile::timer(crate::profile::Kind::Norms);
         let c = self.dim;
         let rows = rows_per_task(c);
         let (x, out, mean, rstd) = (
@@ -116,6 +117,7 @@ impl LayerNorm {
         db: &mut [f32],
         n: usize,
     ) {
+        let _prof = crate::profile::timer(crate::profile::Kind::Norms);
         let c = self.dim;
         let rows = rows_per_task(c);
         let (dy, x, mean, rstd, dx) = (

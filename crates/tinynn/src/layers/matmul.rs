@@ -72,6 +72,7 @@ unsafe fn raw(
     rhs_cs: isize,
     rhs_rs: isize,
 ) {
+    let _prof = crate::profile::timer(crate::profile::Kind::Products);
     let par = parallelism(m, n, k);
     if precision() == Precision::Bf16 {
         use crate::kernels::bf16gemm::{gemm, View};

@@ -100,6 +100,7 @@ impl RmsNorm {
         rstd: &mut [f32],
         n: usize,
     ) {
+        let _prof = crate::profile::timer(crate::profile::Kind::Norms);
         let c = self.dim;
         let rows = rows_per_task(c);
         let (x, out, rstd) = (&x[..n * c], &mut out[..n * c], &mut rstd[..n]);
@@ -125,6 +126,7 @@ impl RmsNorm {
         dw: &mut [f32],
         n: usize,
     ) {
+        let _prof = crate::profile::timer(crate::profile::Kind::Norms);
         let c = self.dim;
         let rows = rows_per_task(c);
         let (dy, x, rstd, dx) = (&dy[..n * c], &x[..n * c], &rstd[..n], &mut dx[..n * c]);

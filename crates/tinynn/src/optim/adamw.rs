@@ -81,6 +81,7 @@ impl AdamW {
         lr: f32,
         decay_ranges: &[Range<usize>],
     ) {
+        let _prof = crate::profile::timer(crate::profile::Kind::Optimizer);
         let n = self.m.len();
         assert!(
             params.len() == n && grads.len() == n,

@@ -39,6 +39,7 @@ fn sum_sq(x: &[f32]) -> f64 {
 /// Scale grads so their global L2 norm is at most max_norm (if max_norm > 0); returns the
 /// norm before clipping.
 pub fn clip_grad_norm(grads: &mut [f32], max_norm: f32) -> f32 {
+    let _prof = crate::profile::timer(crate::profile::Kind::Optimizer);
     let norm = grad_norm(grads);
     if max_norm > 0.0 && norm > max_norm {
         let k = max_norm / (norm + 1e-6);
