@@ -5,7 +5,8 @@
 # llama-finetune trains on every 256-token window of the file with stride 128 (its dataset,
 # 5% held out); toy on `{"text"}` records of the same file (1400-character windows, stride
 # 700, truncated to ctx + 1 tokens), the same number of steps, lr 1e-5 constant as
-# llama-finetune's default. Not part of CI.
+# llama-finetune's default. toy runs once per precision in PRECISIONS (default "f32 bf16").
+# Not part of CI.
 #
 # Usage: LLAMA_BIN=path/to/llama.cpp/build/bin bench/full-ft-llama.sh [TEXT]
 #   (default TEXT: ../shared/golden/gpl-3.txt; LLAMA_BIN holds llama-finetune, e.g. a build of
@@ -32,27 +33,31 @@ with open(sys.argv[2], "w") as f:
 PY
 head -n 4 data/sft/val.jsonl >"$work/val.jsonl"
 steps=$(grep -o 'data=[0-9]*/[0-9]*' "$work/llama.log" | tail -n 1 | cut -d/ -f2 | sed 's/^0*//')
-echo "toy finetune, full, $steps steps ..." >&2
-rm -rf "$work/runs"
-/usr/bin/time -v target/release/toy finetune recipes/sft-smollm2-full.toml \
-  --set "base.model=\"$base\"" --set "data.train=\"$work/text.jsonl\"" --set "data.val=\"$work/val.jsonl\"" \
-  --set 'data.on_long="truncate"' --set train.ctx=256 --set train.batch=1 --set train.steps="$steps" \
-  --set eval.interval=100000 --set checkpoint.interval=100000 --set optim.lr=1e-5 --set optim.min_lr=1e-5 \
-  --set optim.warmup=0 --runs-dir "$work/runs" >"$work/toy.log" 2>&1
-python3 - "$work" "$steps" <<'PY'
+for prec in ${PRECISIONS:-f32 bf16}; do
+  echo "toy finetune, full, $prec, $steps steps ..." >&2
+  rm -rf "$work/runs-$prec"
+  /usr/bin/time -v target/release/toy finetune recipes/sft-smollm2-full.toml \
+    --set "base.model=\"$base\"" --set "data.train=\"$work/text.jsonl\"" --set "data.val=\"$work/val.jsonl\"" \
+    --set 'data.on_long="truncate"' --set train.ctx=256 --set train.batch=1 --set train.steps="$steps" \
+    --set eval.interval=100000 --set checkpoint.interval=100000 --set optim.lr=1e-5 --set optim.min_lr=1e-5 \
+    --set optim.warmup=0 --set "train.precision=\"$prec\"" --runs-dir "$work/runs-$prec" >"$work/toy-$prec.log" 2>&1
+done
+python3 - "$work" "$steps" ${PRECISIONS:-f32 bf16} <<'PY'
 import glob, json, re, sys
-work, steps = sys.argv[1], int(sys.argv[2])
+work, steps, precs = sys.argv[1], int(sys.argv[2]), sys.argv[3:]
 def rss(log):
     return int(re.search(r"Maximum resident set size \(kbytes\): (\d+)", open(log).read()).group(1)) / 1024
 ll = open(f"{work}/llama.log").read()
 # the train bar's elapsed time at its last update
 h, m, s = map(int, re.findall(r"train: .*?t=(\d+):(\d+):(\d+)", ll)[-1])
 llama_tok_s = steps * 256 / (3600 * h + 60 * m + s)
-ev = [json.loads(l) for l in open(glob.glob(f"{work}/runs/*/events.jsonl")[0])]
-st = [e for e in ev if e["type"] == "step"]
-toy_tok_s = sum(256 / e["tok_s"] for e in st) and len(st) * 256 / sum(256 / e["tok_s"] for e in st)
-print(f"| | llama-finetune | toy finetune (full) | ratio |")
-print(f"|---|---|---|---|")
-print(f"| tokens/s | {llama_tok_s:.1f} | {toy_tok_s:.1f} | {toy_tok_s / llama_tok_s:.2f}x |")
-print(f"| peak RSS MiB | {rss(f'{work}/llama.log'):.0f} | {rss(f'{work}/toy.log'):.0f} | |")
+print(f"| | tokens/s | ratio to llama-finetune | peak RSS MiB | last-10 loss |")
+print(f"|---|---|---|---|---|")
+print(f"| llama-finetune (F32) | {llama_tok_s:.1f} | 1.00x | {rss(f'{work}/llama.log'):.0f} | |")
+for p in precs:
+    ev = [json.loads(l) for l in open(glob.glob(f"{work}/runs-{p}/*/events.jsonl")[0])]
+    st = [e for e in ev if e["type"] == "step"]
+    tok_s = len(st) * 256 / sum(256 / e["tok_s"] for e in st)
+    loss = sum(e["loss"] for e in st[-10:]) / len(st[-10:])
+    print(f"| toy finetune full, {p} | {tok_s:.1f} | {tok_s / llama_tok_s:.2f}x | {rss(f'{work}/toy-{p}.log'):.0f} | {loss:.4f} |")
 PY

@@ -99,6 +99,15 @@ fn main() -> ExitCode {
     unsafe {
         libc::signal(libc::SIGPIPE, libc::SIG_DFL);
     }
+    // A training step frees and allocates the same large buffers every step: glibc would hand
+    // them back to the OS (mmap above 128 KiB, heap trimming) and each step would fault the
+    // pages in again. Up to 32 MiB from the heap, and no trimming below 1 GiB free, keeps
+    // them. SAFETY: mallopt before any thread starts.
+    #[cfg(all(target_os = "linux", target_env = "gnu"))]
+    unsafe {
+        libc::mallopt(libc::M_MMAP_THRESHOLD, 32 << 20);
+        libc::mallopt(libc::M_TRIM_THRESHOLD, 1 << 30);
+    }
     let mut pool = rayon::ThreadPoolBuilder::new();
     if let Some(t) = cli.threads {
         pool = pool.num_threads(t.max(1));

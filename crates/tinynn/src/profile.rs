@@ -1,8 +1,8 @@
 //! Where a training step's time goes, by kind of work (`toy bench --train`): each timed region
 //! adds its thread-seconds to one counter per kind while profiling is on, and costs one
-//! relaxed load when it is off. A region entered from outside the thread pool (whose work the
-//! pool's threads share) counts its wall time times the pool's threads; one entered on a pool
-//! thread (a batch shard's serial work) counts its own time.
+//! relaxed load when it is off. A region whose work the pool's threads share (the layers split
+//! their work unless inside `layers::serial`) counts its wall time times the pool's threads;
+//! one inside `serial` (a batch shard's work on one thread) counts its own time.
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::Instant;
@@ -57,9 +57,10 @@ pub fn timer(kind: Kind) -> Timer {
 impl Drop for Timer {
     fn drop(&mut self) {
         if let Some((kind, t0)) = self.start {
-            let threads = match rayon::current_thread_index() {
-                Some(_) => 1,
-                None => rayon::current_num_threads() as u64,
+            let threads = if crate::layers::in_serial() {
+                1
+            } else {
+                rayon::current_num_threads() as u64
             };
             let ns = t0.elapsed().as_nanos() as u64 * threads;
             NANOS[kind as usize].fetch_add(ns, Ordering::Relaxed);
