@@ -32,7 +32,8 @@ with open(sys.argv[2], "w") as f:
         f.write(json.dumps({"text": t[i:i + 1400]}) + "\n")
 PY
 head -n 4 data/sft/val.jsonl >"$work/val.jsonl"
-steps=$(grep -o 'data=[0-9]*/[0-9]*' "$work/llama.log" | tail -n 1 | cut -d/ -f2 | sed 's/^0*//')
+# the train bar's last update (the validation bar after it counts the held-out windows)
+steps=$(grep -o 'train: .*data=[0-9]*/[0-9]*' "$work/llama.log" | tail -n 1 | grep -o '/[0-9]*$' | tr -d / | sed 's/^0*//')
 for prec in ${PRECISIONS:-f32 bf16}; do
   echo "toy finetune, full, $prec, $steps steps ..." >&2
   rm -rf "$work/runs-$prec"

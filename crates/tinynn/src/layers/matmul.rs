@@ -45,6 +45,9 @@ pub fn precision() -> Precision {
 /// fork/join costs more than it saves.
 const PAR_MIN_FLOPS: usize = 1 << 23;
 
+/// Products smaller than this many multiply-adds stay f32 under [`Precision::Bf16`].
+const BF16_MIN_FLOPS: usize = 1 << 22;
+
 fn parallelism(m: usize, n: usize, k: usize) -> Parallelism {
     if m * n * k >= PAR_MIN_FLOPS && rayon::current_num_threads() > 1 && !super::in_serial() {
         Parallelism::Rayon(0)
@@ -74,7 +77,8 @@ unsafe fn raw(
 ) {
     let _prof = crate::profile::timer(crate::profile::Kind::Products);
     let par = parallelism(m, n, k);
-    if precision() == Precision::Bf16 {
+    // small products stay f32: packing them to bf16 costs more than the bf16 sums save
+    if precision() == Precision::Bf16 && m * n * k >= BF16_MIN_FLOPS {
         use crate::kernels::bf16gemm::{gemm, View};
         let a = View {
             ptr: lhs,

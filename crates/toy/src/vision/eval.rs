@@ -7,11 +7,13 @@ use super::vit::{Vit, VitActs};
 use crate::images::ImageSet;
 use std::path::Path;
 
-/// Logits (N, K) of every image of `set`.
+/// Logits (N, K) of every image of `set`, in batches of about 8192 tokens (the forward keeps
+/// what a backward would need: ViT-Tiny's 197 tokens a image take 29 MB each).
 pub fn logits(vit: &Vit, p: &[f32], set: &ImageSet, spec: &BatchSpec) -> Vec<f32> {
     let mut out = Vec::with_capacity(set.len() * vit.cfg.classes);
     let mut a = VitActs::default();
-    for chunk in (0..set.len()).collect::<Vec<_>>().chunks(256) {
+    let per_batch = (8192 / vit.cfg.tokens()).clamp(1, 256);
+    for chunk in (0..set.len()).collect::<Vec<_>>().chunks(per_batch) {
         let (x, _) = batch(set, chunk, spec, None);
         vit.forward(p, &x, chunk.len(), &mut a);
         out.extend_from_slice(&a.logits);
