@@ -1,6 +1,6 @@
 """The PyTorch side of bench/vit-pytorch.sh: trains the ViT of a toy recipe (`[vit]`) in plain
 PyTorch (eager or torch.compile) on toy's image shards, with the images toy's trainer draws
-(`toy::vision::train::order`: a SplitMix64 Fisher-Yates shuffle per epoch), toy's initial
+(`toy::vision::train::epoch_order`: a SplitMix64 Fisher-Yates shuffle per epoch), toy's initial
 weights (--init-from its ckpt-000000.gguf), AdamW (decay on matrices only), the same warm-up +
 cosine schedule and label smoothing, and prints one JSON line: median images/s of steady-state
 steps, losses, peak RSS.
@@ -41,7 +41,7 @@ def read_shard(path):
 
 
 def order(n, batch, seed, step):
-    """toy::vision::train::order, index for index."""
+    """toy::vision::train::Order::step, index for index."""
     per_epoch = max(n // batch, 1)
     epoch, k = divmod(step, per_epoch)
     rng = SplitMix64(seed ^ (((epoch + 1) * 0x9E3779B97F4A7C15) & ((1 << 64) - 1)))

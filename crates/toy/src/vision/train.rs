@@ -142,18 +142,46 @@ fn start(r: &VitRecipe, run: &Path, resume: bool) -> Result<(Vec<f32>, AdamW, us
     Ok((s.params, opt, step))
 }
 
-/// The training images of step `step`: epoch `step / (n / batch)` is a Fisher-Yates shuffle
-/// drawn from SplitMix64 seeded by (seed, epoch), so other tools can draw the same order
+/// Epoch `epoch`'s order of the `n` training images: a Fisher-Yates shuffle drawn from
+/// SplitMix64 seeded by (seed, epoch), so other tools can draw the same order
 /// (`bench/pytorch/train_vit_torch.py`).
-pub fn order(n: usize, batch: usize, seed: u64, step: usize) -> Vec<usize> {
-    let per_epoch = (n / batch).max(1);
-    let (epoch, k) = (step / per_epoch, step % per_epoch);
+pub fn epoch_order(n: usize, seed: u64, epoch: usize) -> Vec<usize> {
     let mut idx: Vec<usize> = (0..n).collect();
     let mut rng = SplitMix64::new(seed ^ (epoch as u64 + 1).wrapping_mul(0x9E37_79B9_7F4A_7C15));
     for i in (1..n).rev() {
         idx.swap(i, rng.below(i as u64 + 1) as usize);
     }
-    idx[k * batch..((k + 1) * batch).min(n)].to_vec()
+    idx
+}
+
+/// The training images of step `step`: batch `step % (n / batch)` of epoch `step / (n / batch)`,
+/// the epoch's order drawn once and kept while its steps last.
+pub struct Order {
+    n: usize,
+    batch: usize,
+    seed: u64,
+    epoch: Option<(usize, Vec<usize>)>,
+}
+
+impl Order {
+    pub fn new(n: usize, batch: usize, seed: u64) -> Self {
+        Self {
+            n,
+            batch,
+            seed,
+            epoch: None,
+        }
+    }
+
+    pub fn step(&mut self, step: usize) -> Vec<usize> {
+        let per_epoch = (self.n / self.batch).max(1);
+        let (epoch, k) = (step / per_epoch, step % per_epoch);
+        if self.epoch.as_ref().is_none_or(|(e, _)| *e != epoch) {
+            self.epoch = Some((epoch, epoch_order(self.n, self.seed, epoch)));
+        }
+        let idx = &self.epoch.as_ref().expect("drawn above").1;
+        idx[k * self.batch..((k + 1) * self.batch).min(self.n)].to_vec()
+    }
 }
 
 /// Writes `ckpt-NNNNNN.gguf`, then its `.state` (the mark of a complete checkpoint).
@@ -248,8 +276,9 @@ pub fn train(
         // the receiver lives in this closure: an early return drops it, ending the thread
         let rx = rx;
         s.spawn(move || {
+            let mut order = Order::new(set_ref.len(), t.batch, t.seed);
             for step in first..last_step {
-                let idx = order(set_ref.len(), t.batch, t.seed, step);
+                let idx = order.step(step);
                 let b = batch(set_ref, &idx, spec_ref, Some((t.seed, step as u64)));
                 if tx.send(b).is_err() {
                     return;
@@ -337,7 +366,7 @@ mod tests {
     fn each_epoch_visits_every_image_once_in_a_new_order() {
         let epoch = |e: usize| -> Vec<usize> {
             (0..5)
-                .flat_map(|k| super::order(50, 10, 3, 5 * e + k))
+                .flat_map(|k| super::Order::new(50, 10, 3).step(5 * e + k))
                 .collect()
         };
         let (a, b) = (epoch(0), epoch(1));
