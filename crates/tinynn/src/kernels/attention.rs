@@ -74,6 +74,21 @@ pub fn causal_attention(
                 };
                 return;
             }
+            #[cfg(target_arch = "x86_64")]
+            if super::attention_avx2::supports(d) {
+                use super::attention_avx2::online_avx2;
+                for (qv, o) in qg.chunks_exact(d).zip(og.chunks_exact_mut(d)) {
+                    // SAFETY: AVX2, FMA and F16C were detected for this D; k and v hold n rows.
+                    unsafe {
+                        if s.f16_accumulate {
+                            online_avx2::<true>(qv, k, v, scale, o)
+                        } else {
+                            online_avx2::<false>(qv, k, v, scale, o)
+                        }
+                    }
+                }
+                return;
+            }
             for (qv, o) in qg.chunks_exact(d).zip(og.chunks_exact_mut(d)) {
                 online_portable(qv, k, v, scale, s.f16_accumulate, o);
             }
@@ -451,6 +466,23 @@ mod tests {
                     assert!(
                         a.iter().zip(&b).all(|(x, y)| (x - y).abs() < tol),
                         "d={d} f16={f16_acc}: {a:?} vs {b:?}"
+                    );
+                }
+                #[cfg(target_arch = "x86_64")]
+                if super::super::attention_avx2::supports(d) {
+                    use super::super::attention_avx2::online_avx2;
+                    let mut b = vec![0f32; d];
+                    // SAFETY: AVX2/FMA/F16C detected for this d; k and v hold n rows of d.
+                    unsafe {
+                        if f16_acc {
+                            online_avx2::<true>(&q, &k, &v, 0.125, &mut b)
+                        } else {
+                            online_avx2::<false>(&q, &k, &v, 0.125, &mut b)
+                        }
+                    };
+                    assert!(
+                        b.iter().zip(&want).all(|(x, y)| (x - y).abs() < tol),
+                        "avx2 d={d} f16={f16_acc}: {b:?} vs {want:?}"
                     );
                 }
             }

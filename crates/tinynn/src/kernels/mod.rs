@@ -14,6 +14,9 @@ pub mod arena;
 pub mod attention;
 pub mod attention_tiled;
 #[cfg(target_arch = "x86_64")]
+#[allow(clippy::needless_range_loop)]
+pub mod attention_avx2;
+#[cfg(target_arch = "x86_64")]
 pub mod bf16amx;
 pub mod bf16gemm;
 mod bf16pack;
