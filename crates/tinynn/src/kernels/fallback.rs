@@ -1,9 +1,9 @@
 //! The portable path of the matrix products: dequantize weight rows to f32 (a scratch row for
 //! decode, a panel of rows handed to the `gemm` crate for prefill), on activations rounded
-//! as llama.cpp rounds them for the weight type (`act_quant`), plus Q4_1 / Q5_1's min-term
-//! correction. It serves every type and width the integer kernels do not.
+//! as the integer kernels round them for the weight type (`act_quant`). It serves every type
+//! and width the integer kernels do not.
 
-use super::act_quant::{block_mins, has_min_term, q8_1_sum_corrections, round_for, vec_dot_type};
+use super::act_quant::{round_for, vec_dot_type};
 use super::dot::dot;
 use super::{OutPtr, QMat};
 use crate::quant::GgmlType;
@@ -20,60 +20,50 @@ fn with_scratch<R>(len: usize, f: impl FnOnce(&mut [f32]) -> R) -> R {
 }
 
 thread_local! {
-    static XQ: RefCell<(Vec<f32>, Vec<f32>)> = const { RefCell::new((Vec::new(), Vec::new())) };
+    static XQ: RefCell<Vec<f32>> = const { RefCell::new(Vec::new()) };
 }
 
-/// Run `f` on `x` rounded as llama.cpp rounds activations for weights of type `ty`, and the
-/// per-block min-term corrections for Q4_1 / Q5_1 (see `act_quant`; empty otherwise).
-fn with_rounded<R>(ty: GgmlType, x: &[f32], k: usize, f: impl FnOnce(&[f32], &[f32]) -> R) -> R {
+/// Run `f` on `x` rounded as the integer kernels round activations for weights of type `ty`.
+fn with_rounded<R>(ty: GgmlType, x: &[f32], k: usize, f: impl FnOnce(&[f32]) -> R) -> R {
     if vec_dot_type(ty).is_none() {
-        return f(x, &[]);
+        return f(x);
     }
     XQ.with(|buf| {
-        let (xr, corr) = &mut *buf.borrow_mut();
-        corr.clear();
-        if has_min_term(ty) && k.is_multiple_of(32) {
-            q8_1_sum_corrections(x, corr);
-        }
+        // (a fresh buffer on a thread already inside a product)
+        let (mut mine, mut fresh) = (buf.try_borrow_mut().ok(), Vec::new());
+        let xr = mine.as_deref_mut().unwrap_or(&mut fresh);
         xr.clear();
         xr.extend_from_slice(x);
         round_for(ty, xr, k);
-        f(xr, corr)
+        f(xr)
     })
 }
 
 /// `y = W x` through dequantized rows.
 pub(super) fn matvec_f32(w: &QMat, x: &[f32], y: &mut [f32]) {
-    with_rounded(w.ty, x, w.cols, |x, corr| matvec_exact(w, x, corr, y))
+    with_rounded(w.ty, x, w.cols, |x| matvec_exact(w, x, y))
 }
 
 /// `Y = X W^T` through dequantized panels and the `gemm` crate.
 pub(super) fn matmul_f32(w: &QMat, x: &[f32], t: usize, y: &mut [f32]) {
-    with_rounded(w.ty, x, w.cols, |x, corr| matmul_exact(w, x, corr, t, y))
+    with_rounded(w.ty, x, w.cols, |x| matmul_exact(w, x, t, y))
 }
 
-/// `y = W x` on `x` as given, plus the min-term corrections `corr` (K/32) if any.
-fn matvec_exact(w: &QMat, x: &[f32], corr: &[f32], y: &mut [f32]) {
+/// `y = W x` on `x` as given.
+fn matvec_exact(w: &QMat, x: &[f32], y: &mut [f32]) {
     let chunk = (w.rows / (rayon::current_num_threads() * 4)).clamp(8, 256);
-    let nb = corr.len();
     y.par_chunks_mut(chunk).enumerate().for_each(|(c, ys)| {
-        with_scratch(w.cols + nb, |buf| {
-            let (row, mins) = buf.split_at_mut(w.cols);
+        with_scratch(w.cols, |row| {
             for (i, yi) in ys.iter_mut().enumerate() {
-                let r = c * chunk + i;
-                w.dequantize_row(r, row);
+                w.dequantize_row(c * chunk + i, row);
                 *yi = dot(row, x);
-                if nb > 0 {
-                    block_mins(w.ty, w.row(r), mins);
-                    *yi += dot(mins, corr);
-                }
             }
         })
     });
 }
 
-/// `Y = X W^T` on `X` as given, plus corrections `corr` (T, K/32) times the block mins.
-fn matmul_exact(w: &QMat, x: &[f32], corr: &[f32], t: usize, y: &mut [f32]) {
+/// `Y = X W^T` on `X` as given.
+fn matmul_exact(w: &QMat, x: &[f32], t: usize, y: &mut [f32]) {
     let (n, k) = (w.rows, w.cols);
     // The panel depends on N only, so results do not change with the thread count.
     let panel = (n / 8).clamp(16, 128);
@@ -81,22 +71,13 @@ fn matmul_exact(w: &QMat, x: &[f32], corr: &[f32], t: usize, y: &mut [f32]) {
     (0..n.div_ceil(panel)).into_par_iter().for_each(|p| {
         let r0 = p * panel;
         let rows = panel.min(n - r0);
-        let nb = corr.len() / t;
-        with_scratch(rows * (k + nb), |buf| {
-            let (buf, mins) = buf.split_at_mut(rows * k);
+        with_scratch(rows * k, |buf| {
             for r in 0..rows {
                 w.dequantize_row(r0 + r, &mut buf[r * k..(r + 1) * k]);
             }
             // SAFETY: dst covers Y[0..t, r0..r0+rows] (row stride n), which lies inside y and is
             // written by this task only; lhs is X (T, K) row-major; rhs(kk, j) = buf[j*k + kk].
             unsafe { gemm_panel(out.at(r0), n, x, buf, t, rows, k, false) };
-            if nb > 0 {
-                for r in 0..rows {
-                    block_mins(w.ty, w.row(r0 + r), &mut mins[r * nb..(r + 1) * nb]);
-                }
-                // SAFETY: as above, with lhs corr (T, K/32) and rhs the mins (rows, K/32).
-                unsafe { gemm_panel(out.at(r0), n, corr, mins, t, rows, nb, true) };
-            }
         })
     });
 }

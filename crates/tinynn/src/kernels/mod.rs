@@ -8,14 +8,15 @@
 
 pub mod act;
 pub mod act_quant;
+pub mod act_split;
 pub mod arena;
 // SIMD kernels index several register arrays in step; iterators would hide that.
 #[allow(clippy::needless_range_loop)]
 pub mod attention;
-pub mod attention_tiled;
 #[cfg(target_arch = "x86_64")]
 #[allow(clippy::needless_range_loop)]
 pub mod attention_avx2;
+pub mod attention_tiled;
 #[cfg(target_arch = "x86_64")]
 pub mod bf16amx;
 pub mod bf16gemm;
@@ -31,6 +32,7 @@ pub mod qdot_k;
 #[cfg(test)]
 mod qdot_k_tests;
 pub mod qdot_q5;
+pub mod qdot_split;
 #[allow(clippy::needless_range_loop)]
 pub mod qgemm;
 pub mod qmatmul;
@@ -40,6 +42,8 @@ pub mod repack;
 pub mod repack_f16;
 pub mod repack_k;
 pub mod repack_q6k;
+#[cfg(target_arch = "x86_64")]
+mod repack_vnni;
 pub mod rope;
 mod rowdot;
 mod stream;

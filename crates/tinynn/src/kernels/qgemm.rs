@@ -12,6 +12,7 @@
 //! (|w| x sign(x, w)); we feed x + 128 as u8 and subtract 128 * sum(w) per lane. Both give
 //! the exact integer sum of each lane's four products, so the floats that follow agree.
 
+use super::act_split::SplitAct;
 use super::qdot::Q8_1Act;
 use super::qdot_q5::q5_values;
 use super::QMat;
@@ -134,8 +135,9 @@ impl Packed {
     }
 }
 
-/// Rows r0..r0+nr of Y for all T tokens: out[t * ldo + r] for r < nr. `act` holds X
-/// quantized to Q8_1 (T * K/32 blocks).
+/// Rows r0..r0+nr of Y for all T tokens: out[t * ldo + r] for r < nr. `act` holds X as two
+/// 8-bit planes (T * K/32 blocks each, `act_split`): each tile runs once per plane and the
+/// two results add, as the row dots do.
 ///
 /// # Safety
 /// `out` must be valid for writes at `t * ldo + r`, t < T, r < nr, and owned by the caller.
@@ -143,7 +145,7 @@ pub unsafe fn gemm_rows(
     w: &QMat,
     r0: usize,
     nr: usize,
-    act: &Q8_1Act,
+    act: &SplitAct,
     t: usize,
     out: *mut f32,
     ldo: usize,
@@ -159,17 +161,19 @@ pub unsafe fn gemm_rows(
             let wide = t >= WIDE_FROM && (w.cols / 32).is_multiple_of(2);
             let mut t0 = 0;
             while t0 < t {
-                let mut res = [[0f32; RN]; RM];
                 let tn = (t - t0).min(RN);
-                match tn {
-                    4 => tile::<4>(w.ty, &pk, act, w.cols, t0, wide, &mut res),
-                    3 => tile::<3>(w.ty, &pk, act, w.cols, t0, wide, &mut res),
-                    2 => tile::<2>(w.ty, &pk, act, w.cols, t0, wide, &mut res),
-                    _ => tile::<1>(w.ty, &pk, act, w.cols, t0, wide, &mut res),
+                let mut res = [[[0f32; RN]; RM]; 2];
+                for (plane, res) in [&act.hi, &act.lo].into_iter().zip(res.iter_mut()) {
+                    match tn {
+                        4 => tile::<4>(w.ty, &pk, plane, w.cols, t0, wide, res),
+                        3 => tile::<3>(w.ty, &pk, plane, w.cols, t0, wide, res),
+                        2 => tile::<2>(w.ty, &pk, plane, w.cols, t0, wide, res),
+                        _ => tile::<1>(w.ty, &pk, plane, w.cols, t0, wide, res),
+                    }
                 }
-                for (i, row) in res.iter().enumerate().take(n) {
-                    for (j, v) in row.iter().enumerate().take(tn) {
-                        *out.add((t0 + j) * ldo + r + i) = *v;
+                for i in 0..n {
+                    for j in 0..tn {
+                        *out.add((t0 + j) * ldo + r + i) = res[0][i][j] + res[1][i][j];
                     }
                 }
                 t0 += RN;
@@ -415,15 +419,15 @@ mod tests {
                 let bytes = super::super::test_matrix(ty, n, k, (n * k) as u64);
                 let w = QMat::new(ty, n, k, &bytes).unwrap();
                 let x = super::super::test_data(t * k, 99);
-                let mut act = Q8_1Act::default();
+                let mut act = SplitAct::default();
                 act.quantize(&x);
                 let mut y = vec![0f32; t * n];
                 // SAFETY: y is (t, n) and owned here.
                 unsafe { gemm_rows(&w, 0, n, &act, t, y.as_mut_ptr(), n) };
                 for i in 0..t {
-                    let a = act.token(i, k / 32);
+                    let (hi, lo) = (act.hi.token(i, k / 32), act.lo.token(i, k / 32));
                     for r in 0..n {
-                        let want = dot(w.row(r), &a);
+                        let want = dot(w.row(r), &hi) + dot(w.row(r), &lo);
                         let got = y[i * n + r];
                         if has_vnni() && t < WIDE_FROM {
                             // same order of operations as the row kernel: the same bits

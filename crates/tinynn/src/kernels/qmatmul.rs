@@ -11,7 +11,7 @@
 //!   Q6_K the interleaved k-quant kernels on rows packed per call (`repack_k`, `repack_q6k`);
 //! - anything else: dequantized rows or panels and f32 products (`fallback`).
 
-use super::act_quant::{block_mins, has_min_term, q8_1_sum_corrections, round_for};
+use super::act_quant::round_for;
 use super::fallback::{matmul_f32, matvec_f32};
 use super::qgemm;
 use super::repack::Packed;
@@ -203,12 +203,6 @@ pub fn kernel_names(w: &QMat) -> (&'static str, &'static str) {
 /// Reference: dequantize everything and multiply sequentially.
 pub fn matmul_ref(w: &QMat, x: &[f32], t: usize) -> Vec<f32> {
     let (n, k) = (w.rows, w.cols);
-    let mut corr = Vec::new();
-    if has_min_term(w.ty) {
-        q8_1_sum_corrections(x, &mut corr);
-    }
-    let nb = k / 32;
-    let mut mins = vec![0f32; nb];
     let mut x = x.to_vec();
     round_for(w.ty, &mut x, k);
     let mut row = vec![0f32; k];
@@ -217,10 +211,6 @@ pub fn matmul_ref(w: &QMat, x: &[f32], t: usize) -> Vec<f32> {
         w.dequantize_row(r, &mut row);
         for i in 0..t {
             y[i * n + r] = super::dot::dot_ref(&row, &x[i * k..(i + 1) * k]);
-            if !corr.is_empty() {
-                block_mins(w.ty, w.row(r), &mut mins);
-                y[i * n + r] += super::dot::dot_ref(&mins, &corr[i * nb..(i + 1) * nb]);
-            }
         }
     }
     y

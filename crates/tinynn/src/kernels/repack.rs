@@ -11,8 +11,8 @@
 //! 4c..4c+4, high ones 16+4c..16+4c+4. The copy is as large as the original, whose mapped
 //! pages the model then releases.
 
+use super::act_split::SplitAct;
 use super::arena::{PackArena, PackBuf};
-use super::qdot::Q8_1Act;
 use super::QMat;
 use crate::quant::GgmlType;
 
@@ -38,7 +38,7 @@ fn group_block_bytes(ty: GgmlType) -> usize {
 }
 
 /// Tokens per tile in prefill.
-const TT: usize = 4;
+pub(super) const TT: usize = 4;
 
 #[derive(Debug)]
 pub struct PackedQ4 {
@@ -46,7 +46,7 @@ pub struct PackedQ4 {
     pub rows: usize,
     pub cols: usize,
     /// Bytes per group and block.
-    gb: usize,
+    pub(super) gb: usize,
     data: PackBuf<u8>,
 }
 
@@ -197,20 +197,22 @@ impl PackedQ4 {
         }
     }
 
-    /// Rows of groups g0..g1 for all T tokens: out[t * ldo + r]. `act` holds X as Q8_1
-    /// blocks (T * K/32; its values and scales serve as Q8_0's), `xsum` each block's sum of
-    /// values (T * K/32).
+    /// The bytes of group `g`'s block `b`.
+    pub(super) fn block(&self, g: usize, b: usize) -> *const u8 {
+        self.data.as_slice()[(g * (self.cols / 32) + b) * self.gb..].as_ptr()
+    }
+
+    /// Rows of groups g0..g1 for all T tokens: out[t * ldo + r]. `act` holds X (T, K) as
+    /// two 8-bit planes (`act_split`).
     ///
     /// # Safety
     /// The CPU must have the kernel (`has_packed_kernel`); `out` must be valid for writes at
     /// `t * ldo + r` for t < T and the rows of these groups, and owned by the caller.
-    #[allow(clippy::too_many_arguments)]
     pub unsafe fn gemm_groups(
         &self,
         g0: usize,
         g1: usize,
-        act: &Q8_1Act,
-        xsum: &[i32],
+        act: &SplitAct,
         t: usize,
         out: *mut f32,
         ldo: usize,
@@ -223,244 +225,47 @@ impl PackedQ4 {
             out,
             ldo,
             |g, t0, tn, res| {
-                if self.ty == GgmlType::Q5_0 {
-                    match tn {
-                        4 => vnni::group_q5::<4>(self, g, act, xsum, t0, res),
-                        3 => vnni::group_q5::<3>(self, g, act, xsum, t0, res),
-                        2 => vnni::group_q5::<2>(self, g, act, xsum, t0, res),
-                        _ => vnni::group_q5::<1>(self, g, act, xsum, t0, res),
-                    }
-                } else {
-                    match (tn, self.ty == GgmlType::Q8_0) {
-                        (tn, false) if self.ty == GgmlType::Q4_1 => match tn {
-                            4 => vnni::group::<4, true>(self, g, act, xsum, t0, res),
-                            3 => vnni::group::<3, true>(self, g, act, xsum, t0, res),
-                            2 => vnni::group::<2, true>(self, g, act, xsum, t0, res),
-                            _ => vnni::group::<1, true>(self, g, act, xsum, t0, res),
-                        },
-                        (4, false) => vnni::group::<4, false>(self, g, act, xsum, t0, res),
-                        (3, false) => vnni::group::<3, false>(self, g, act, xsum, t0, res),
-                        (2, false) => vnni::group::<2, false>(self, g, act, xsum, t0, res),
-                        (_, false) => vnni::group::<1, false>(self, g, act, xsum, t0, res),
-                        (4, true) => vnni::group_q8::<4>(self, g, act, t0, res),
-                        (3, true) => vnni::group_q8::<3>(self, g, act, t0, res),
-                        (2, true) => vnni::group_q8::<2>(self, g, act, t0, res),
-                        (_, true) => vnni::group_q8::<1>(self, g, act, t0, res),
-                    }
+                use super::repack_vnni::{group, group_q5, group_q8};
+                match (self.ty, tn) {
+                    (GgmlType::Q5_0, 4) => group_q5::<4>(self, g, act, t0, res),
+                    (GgmlType::Q5_0, 3) => group_q5::<3>(self, g, act, t0, res),
+                    (GgmlType::Q5_0, 2) => group_q5::<2>(self, g, act, t0, res),
+                    (GgmlType::Q5_0, _) => group_q5::<1>(self, g, act, t0, res),
+                    (GgmlType::Q8_0, 4) => group_q8::<4>(self, g, act, t0, res),
+                    (GgmlType::Q8_0, 3) => group_q8::<3>(self, g, act, t0, res),
+                    (GgmlType::Q8_0, 2) => group_q8::<2>(self, g, act, t0, res),
+                    (GgmlType::Q8_0, _) => group_q8::<1>(self, g, act, t0, res),
+                    (GgmlType::Q4_1, 4) => group::<4, true>(self, g, act, t0, res),
+                    (GgmlType::Q4_1, 3) => group::<3, true>(self, g, act, t0, res),
+                    (GgmlType::Q4_1, 2) => group::<2, true>(self, g, act, t0, res),
+                    (GgmlType::Q4_1, _) => group::<1, true>(self, g, act, t0, res),
+                    (_, 4) => group::<4, false>(self, g, act, t0, res),
+                    (_, 3) => group::<3, false>(self, g, act, t0, res),
+                    (_, 2) => group::<2, false>(self, g, act, t0, res),
+                    (_, _) => group::<1, false>(self, g, act, t0, res),
                 }
             },
         );
         #[cfg(not(target_arch = "x86_64"))]
-        let _ = (g0, g1, act, xsum, t, out, ldo);
-    }
-}
-
-/// Each block's sum of 8-bit values (the -8 offset of Q4_0's nibbles times it is subtracted).
-pub fn block_sums(act: &Q8_1Act, out: &mut Vec<i32>) {
-    out.clear();
-    out.extend(
-        act.qs
-            .chunks_exact(32)
-            .map(|b| b.iter().map(|v| *v as i32).sum::<i32>()),
-    );
-}
-
-#[cfg(target_arch = "x86_64")]
-mod vnni {
-    use super::*;
-    use crate::kernels::stream::prefetch_ahead;
-    use std::arch::x86_64::*;
-
-    /// One group of 16 rows against TN tokens.
-    #[target_feature(enable = "avx512f,avx512bw,avx512vnni,fma,f16c")]
-    pub unsafe fn group<const TN: usize, const Q41: bool>(
-        p: &PackedQ4,
-        g: usize,
-        act: &Q8_1Act,
-        xsum: &[i32],
-        t0: usize,
-        res: &mut [[f32; G]; TT],
-    ) {
-        let nb = p.cols / 32;
-        let q41 = Q41;
-        let mins = if q41 { 32 } else { 0 };
-        let low = _mm512_set1_epi8(0x0F);
-        let mut acc = [_mm512_setzero_ps(); TN];
-        let mut macc = [_mm512_setzero_ps(); TN];
-        for b in 0..nb {
-            let base = p.data.as_slice().as_ptr().add((g * nb + b) * p.gb);
-            if TN == 1 {
-                prefetch_ahead(base, p.gb);
-            }
-            let dw = _mm512_cvtph_ps(_mm256_loadu_si256(base as *const __m256i));
-            let mw = if q41 {
-                _mm512_cvtph_ps(_mm256_loadu_si256(base.add(32) as *const __m256i))
-            } else {
-                _mm512_setzero_ps()
-            };
-            let mut lo = [_mm512_setzero_si512(); 4];
-            let mut hi = [_mm512_setzero_si512(); 4];
-            for c in 0..4 {
-                let v = _mm512_loadu_si512(base.add(32 + mins + 64 * c) as *const _);
-                lo[c] = _mm512_and_si512(v, low);
-                hi[c] = _mm512_and_si512(_mm512_srli_epi16(v, 4), low);
-            }
-            for j in 0..TN {
-                let tb = (t0 + j) * nb + b;
-                let x = act.qs.as_ptr().add(tb * 32) as *const i32;
-                // nibbles are 0..15; Q4_0 subtracts 8 * sum(x) for its offset, Q4_1 adds m * s
-                let mut isum = _mm512_set1_epi32(if q41 { 0 } else { -8 * xsum[tb] });
-                for c in 0..4 {
-                    isum = _mm512_dpbusd_epi32(
-                        isum,
-                        lo[c],
-                        _mm512_set1_epi32(std::ptr::read_unaligned(x.add(c))),
-                    );
-                    isum = _mm512_dpbusd_epi32(
-                        isum,
-                        hi[c],
-                        _mm512_set1_epi32(std::ptr::read_unaligned(x.add(4 + c))),
-                    );
-                }
-                let scale = _mm512_mul_ps(dw, _mm512_set1_ps(act.d[tb]));
-                acc[j] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum), scale, acc[j]);
-                if q41 {
-                    macc[j] = _mm512_fmadd_ps(mw, _mm512_set1_ps(act.s[tb]), macc[j]);
-                }
-            }
-        }
-        for j in 0..TN {
-            let r = if q41 {
-                _mm512_add_ps(acc[j], macc[j])
-            } else {
-                acc[j]
-            };
-            _mm512_storeu_ps(res[j].as_mut_ptr(), r);
-        }
-    }
-
-    /// One group of 16 Q8_0 rows against TN tokens.
-    #[target_feature(enable = "avx512f,avx512bw,avx512vnni,fma,f16c")]
-    pub unsafe fn group_q8<const TN: usize>(
-        p: &PackedQ4,
-        g: usize,
-        act: &Q8_1Act,
-        t0: usize,
-        res: &mut [[f32; G]; TT],
-    ) {
-        let nb = p.cols / 32;
-        let flip = _mm512_set1_epi32(0x8080_8080u32 as i32);
-        let mut acc = [_mm512_setzero_ps(); TN];
-        for b in 0..nb {
-            let base = p.data.as_slice().as_ptr().add((g * nb + b) * p.gb);
-            if TN == 1 {
-                prefetch_ahead(base, p.gb);
-            }
-            let dw = _mm512_cvtph_ps(_mm256_loadu_si256(base as *const __m256i));
-            // -128 * sum(w): x enters as x + 128
-            let sums = _mm512_cvtepi16_epi32(_mm256_loadu_si256(base.add(32) as *const __m256i));
-            let bias = _mm512_sub_epi32(_mm512_setzero_si512(), _mm512_slli_epi32::<7>(sums));
-            let mut w = [_mm512_setzero_si512(); 8];
-            for c in 0..8 {
-                w[c] = _mm512_loadu_si512(base.add(64 + 64 * c) as *const _);
-            }
-            for j in 0..TN {
-                let tb = (t0 + j) * nb + b;
-                let x = act.qs.as_ptr().add(tb * 32) as *const i32;
-                let mut isum = bias;
-                for c in 0..8 {
-                    let xu = _mm512_xor_si512(
-                        _mm512_set1_epi32(std::ptr::read_unaligned(x.add(c))),
-                        flip,
-                    );
-                    isum = _mm512_dpbusd_epi32(isum, xu, w[c]);
-                }
-                let scale = _mm512_mul_ps(dw, _mm512_set1_ps(act.d[tb]));
-                acc[j] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum), scale, acc[j]);
-            }
-        }
-        for j in 0..TN {
-            _mm512_storeu_ps(res[j].as_mut_ptr(), acc[j]);
-        }
-    }
-
-    /// Bits `shift..shift + 4` of each lane's fifth-bit mask, moved to bit 4 of the lane's 4
-    /// bytes (x * 0x00204081 places bit i at bit 8i; no partial products overlap).
-    #[inline]
-    #[target_feature(enable = "avx512f,avx512bw")]
-    unsafe fn fifth(qh: __m512i, shift: i32) -> __m512i {
-        let b = _mm512_and_si512(
-            _mm512_srlv_epi32(qh, _mm512_set1_epi32(shift)),
-            _mm512_set1_epi32(0xF),
-        );
-        let spread = _mm512_mullo_epi32(b, _mm512_set1_epi32(0x0020_4081));
-        _mm512_slli_epi32::<4>(_mm512_and_si512(spread, _mm512_set1_epi32(0x0101_0101)))
-    }
-
-    /// One group of 16 Q5_0 rows against TN tokens: nibbles plus fifth bits (spread from each
-    /// lane's 32-bit mask into bit 4 of the bytes by a multiply), values 0..31 less 16.
-    #[target_feature(enable = "avx512f,avx512bw,avx512vnni,fma,f16c")]
-    pub unsafe fn group_q5<const TN: usize>(
-        p: &PackedQ4,
-        g: usize,
-        act: &Q8_1Act,
-        xsum: &[i32],
-        t0: usize,
-        res: &mut [[f32; G]; TT],
-    ) {
-        let nb = p.cols / 32;
-        let low = _mm512_set1_epi8(0x0F);
-
-        let mut acc = [_mm512_setzero_ps(); TN];
-        for b in 0..nb {
-            let base = p.data.as_slice().as_ptr().add((g * nb + b) * p.gb);
-            let dw = _mm512_cvtph_ps(_mm256_loadu_si256(base as *const __m256i));
-            let qh = _mm512_loadu_si512(base.add(32) as *const _);
-            let mut lo = [_mm512_setzero_si512(); 4];
-            let mut hi = [_mm512_setzero_si512(); 4];
-            for c in 0..4 {
-                let v = _mm512_loadu_si512(base.add(96 + 64 * c) as *const _);
-                lo[c] = _mm512_or_si512(_mm512_and_si512(v, low), fifth(qh, 4 * c as i32));
-                hi[c] = _mm512_or_si512(
-                    _mm512_and_si512(_mm512_srli_epi16(v, 4), low),
-                    fifth(qh, 16 + 4 * c as i32),
-                );
-            }
-            for j in 0..TN {
-                let tb = (t0 + j) * nb + b;
-                let x = act.qs.as_ptr().add(tb * 32) as *const i32;
-                let mut isum = _mm512_set1_epi32(-16 * xsum[tb]);
-                for c in 0..4 {
-                    isum = _mm512_dpbusd_epi32(
-                        isum,
-                        lo[c],
-                        _mm512_set1_epi32(std::ptr::read_unaligned(x.add(c))),
-                    );
-                    isum = _mm512_dpbusd_epi32(
-                        isum,
-                        hi[c],
-                        _mm512_set1_epi32(std::ptr::read_unaligned(x.add(4 + c))),
-                    );
-                }
-                let scale = _mm512_mul_ps(dw, _mm512_set1_ps(act.d[tb]));
-                acc[j] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum), scale, acc[j]);
-            }
-        }
-        for j in 0..TN {
-            _mm512_storeu_ps(res[j].as_mut_ptr(), acc[j]);
-        }
+        let _ = (g0, g1, act, t, out, ldo);
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::kernels::qdot::{dot_q4_0_ref, dot_q4_1_ref, dot_q8_0_ref};
+
+    /// Σ w·x in f64 over dequantized row `r` and the values `x` (K).
+    fn exact(w: &QMat, r: usize, x: &[f32]) -> f64 {
+        let mut row = vec![0f32; w.cols];
+        crate::quant::dequantize(w.ty, w.row(r), &mut row).unwrap();
+        row.iter().zip(x).map(|(a, b)| *a as f64 * *b as f64).sum()
+    }
 
     #[test]
-    fn packed_q4_0_matches_row_dots() {
+    fn packed_products_equal_the_dequantized_rows_against_both_planes() {
         if !has_packed_kernel() {
-            eprintln!("no AVX-512 VNNI here: Q4_0 stays on the row kernels");
+            eprintln!("no AVX-512 VNNI here: the legacy types stay on the row kernels");
             assert!(PackedQ4::new(&QMat {
                 ty: GgmlType::Q4_0,
                 rows: 0,
@@ -491,40 +296,39 @@ mod tests {
                 crate::quant::dequantize(ty, w.row(r), &mut want).unwrap();
                 assert_eq!(got, want, "{ty} row {r} read back from the copy");
             }
-            let x = super::super::test_data(t * k, 4);
-            let mut act = Q8_1Act::default();
+            let mut x = super::super::test_data(t * k, 4);
+            x[3] = 9.0; // an outlier: the rest of its block keeps its precision in the fine plane
+            let mut act = SplitAct::default();
             act.quantize(&x);
-            let mut sums = Vec::new();
-            block_sums(&act, &mut sums);
             let mut y = vec![0f32; t * n];
             // SAFETY: kernel detected; y is (t, n).
-            unsafe { p.gemm_groups(0, p.groups(), &act, &sums, t, y.as_mut_ptr(), n) };
+            unsafe { p.gemm_groups(0, p.groups(), &act, t, y.as_mut_ptr(), n) };
+            let nb = k / 32;
             for i in 0..t {
+                let xr: Vec<f32> = (0..k).map(|e| act.value(i * nb + e / 32, e % 32)).collect();
+                let xi = &x[i * k..(i + 1) * k];
                 for r in 0..n {
-                    let a = act.token(i, k / 32);
-                    let want = match ty {
-                        GgmlType::Q4_0 => dot_q4_0_ref(w.row(r), &a),
-                        GgmlType::Q4_1 => dot_q4_1_ref(w.row(r), &a),
-                        GgmlType::Q5_0 => crate::kernels::qdot_q5::dot_q5_0_ref(w.row(r), &a),
-                        _ => dot_q8_0_ref(w.row(r), &a),
-                    };
-                    let got = y[i * n + r];
+                    // the kernel equals the dequantized row against the planes' values (f32
+                    // sums), and those lie within 2^-15 of the block's amax from x
+                    let (want, truth) = (exact(&w, r, &xr), exact(&w, r, xi));
+                    let got = y[i * n + r] as f64;
                     assert!(
-                        (got - want).abs() <= 1e-4 * (1.0 + want.abs()),
-                        "n={n} k={k} ({i},{r}): {got} vs {want}"
+                        (got - want).abs() <= 2e-5 * (1.0 + want.abs()),
+                        "{ty} n={n} k={k} ({i},{r}): {got} vs {want}"
+                    );
+                    assert!(
+                        (got - truth).abs() <= 2e-3 * (1.0 + truth.abs()),
+                        "{ty} ({i},{r}): {got} vs the unrounded {truth}"
                     );
                 }
             }
             // one token at a time gives the same bits as the batch
             for i in 0..t {
-                let xi = &x[i * k..(i + 1) * k];
-                let mut a1 = Q8_1Act::default();
-                a1.quantize(xi);
-                let mut s1 = Vec::new();
-                block_sums(&a1, &mut s1);
+                let mut a1 = SplitAct::default();
+                a1.quantize(&x[i * k..(i + 1) * k]);
                 let mut y1 = vec![0f32; n];
                 // SAFETY: as above.
-                unsafe { p.gemm_groups(0, p.groups(), &a1, &s1, 1, y1.as_mut_ptr(), n) };
+                unsafe { p.gemm_groups(0, p.groups(), &a1, 1, y1.as_mut_ptr(), n) };
                 assert_eq!(&y1[..], &y[i * n..(i + 1) * n]);
             }
         }

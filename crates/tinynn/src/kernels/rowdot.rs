@@ -1,12 +1,13 @@
 //! Decode's integer row dots, chosen per weight type (`qdot`, `qdot_q5`, `qdot_k`), and the
-//! shared driver of the integer products: x quantized once to the 8-bit form ggml pairs with
-//! the weight type (`vec_dot_type`), then one parallel loop over the rows of one or several
+//! shared driver of the integer products: x quantized once to the 8-bit form the weight type
+//! reads (two planes for the legacy types, `act_split`; Q8_K for the k-quants), then one parallel loop over the rows of one or several
 //! matrices (fused q/k/v, gate/up), with `qgemm`'s tiles for prefill.
 
+use super::act_split::SplitAct;
 use super::f16dot::{dot_f16, has_fast_f16};
-use super::qdot::{dot_q4_0, dot_q4_1, dot_q8_0, has_fast_q4_1, Q8_1Act, Q8_1Row};
+use super::qdot::has_fast_q4_1;
 use super::qdot_k::{dot_q4_k, dot_q5_k, dot_q6_k, has_fast_k_quants, Q8KAct, Q8KRow};
-use super::qdot_q5::{dot_q5_0, dot_q5_1};
+use super::qdot_split::{split_dot, SplitDot};
 use super::repack::Packed;
 use super::{qgemm, OutPtr, QMat};
 use crate::quant::{GgmlType, QK_K};
@@ -17,7 +18,8 @@ use std::ops::Range;
 /// Decode's integer row dot for a weight type: which 8-bit form of x it reads, and the kernel.
 #[derive(Clone, Copy)]
 pub(super) enum RowDot {
-    Q8_1(fn(&[u8], &Q8_1Row) -> f32),
+    /// The legacy types against both activation planes (`qdot_split`).
+    Q8_1(SplitDot),
     Q8K(fn(&[u8], &Q8KRow) -> f32),
     /// f16 weights against x rounded to f16 (ggml's F16 `vec_dot_type`).
     F16,
@@ -33,11 +35,7 @@ impl RowDot {
             w.cols.is_multiple_of(QK_K) && has_fast_k_quants(),
         );
         match w.ty {
-            Q4_0 if q8_1 => Some(Self::Q8_1(dot_q4_0)),
-            Q4_1 if q8_1 => Some(Self::Q8_1(dot_q4_1)),
-            Q5_0 if q8_1 => Some(Self::Q8_1(dot_q5_0)),
-            Q5_1 if q8_1 => Some(Self::Q8_1(dot_q5_1)),
-            Q8_0 if q8_1 => Some(Self::Q8_1(dot_q8_0)),
+            Q4_0 | Q4_1 | Q5_0 | Q5_1 | Q8_0 if q8_1 => split_dot(w.ty).map(Self::Q8_1),
             Q4_K if q8k => Some(Self::Q8K(dot_q4_k)),
             Q5_K if q8k => Some(Self::Q8K(dot_q5_k)),
             Q6_K if q8k => Some(Self::Q8K(dot_q6_k)),
@@ -48,17 +46,18 @@ impl RowDot {
 
     fn run(self, row: &[u8], acts: &Acts) -> f32 {
         match self {
-            Self::Q8_1(f) => f(row, &acts.q8_1.row()),
+            Self::Q8_1(f) => f(row, &acts.split.hi.row(), &acts.split.lo.row()),
             Self::Q8K(f) => f(row, &acts.q8k.row()),
             Self::F16 => dot_f16(row, &acts.f16),
         }
     }
 }
 
-/// x in the forms the row dots read: Q8_1 blocks, Q8_K blocks, f16-rounded values.
+/// x in the forms the kernels read: two 8-bit planes (the legacy types, `act_split`), Q8_K
+/// blocks, f16-rounded values.
 #[derive(Default)]
 pub(super) struct Acts {
-    pub(super) q8_1: Q8_1Act,
+    pub(super) split: SplitAct,
     pub(super) q8k: Q8KAct,
     pub(super) f16: Vec<f32>,
     /// x as f16, on the way to `f16`.
@@ -72,33 +71,35 @@ thread_local! {
 /// Which forms of x a product reads.
 #[derive(Clone, Copy, Default)]
 struct Forms {
-    q8_1: bool,
     q8k: bool,
     f16: bool,
+    split: bool,
 }
 
 impl Forms {
-    const Q8_1: Forms = Forms {
-        q8_1: true,
+    const NONE: Forms = Forms {
         q8k: false,
         f16: false,
+        split: false,
     };
     const Q8K: Forms = Forms {
-        q8_1: false,
         q8k: true,
-        f16: false,
+        ..Forms::NONE
     };
     const F16: Forms = Forms {
-        q8_1: false,
-        q8k: false,
         f16: true,
+        ..Forms::NONE
+    };
+    const SPLIT: Forms = Forms {
+        split: true,
+        ..Forms::NONE
     };
 
     /// The forms that the row dots `dots` read.
     fn of(dots: &[RowDot]) -> Forms {
         dots.iter().fold(Forms::default(), |f, d| {
             f.with(match d {
-                RowDot::Q8_1(_) => Forms::Q8_1,
+                RowDot::Q8_1(_) => Forms::SPLIT,
                 RowDot::Q8K(_) => Forms::Q8K,
                 RowDot::F16 => Forms::F16,
             })
@@ -108,9 +109,9 @@ impl Forms {
     /// Both sets of forms.
     fn with(self, o: Forms) -> Forms {
         Forms {
-            q8_1: self.q8_1 || o.q8_1,
             q8k: self.q8k || o.q8k,
             f16: self.f16 || o.f16,
+            split: self.split || o.split,
         }
     }
 }
@@ -127,11 +128,11 @@ fn with_acts<R>(x: &[f32], forms: Forms, f: impl FnOnce(&Acts) -> R) -> R {
 
 fn convert_then<R>(acts: &mut Acts, x: &[f32], forms: Forms, f: impl FnOnce(&Acts) -> R) -> R {
     {
-        if forms.q8_1 {
-            acts.q8_1.quantize(x);
-        }
         if forms.q8k {
             acts.q8k.quantize(x);
+        }
+        if forms.split {
+            acts.split.quantize(x);
         }
         if forms.f16 {
             // through an f16 buffer: half's slice conversions run 8 lanes at a time (F16C)
@@ -163,8 +164,12 @@ pub(super) fn matvec_int8(w: &QMat, x: &[f32], y: &mut [f32], dot: RowDot) {
 /// synchronisation, not three. Decode (T = 1) takes `dots`, one per matrix; prefill the tiles.
 pub(super) fn int8_many(ws: &[QMat], x: &[f32], t: usize, ys: &mut [&mut [f32]], dots: &[RowDot]) {
     const CHUNK: usize = 16;
-    // prefill's tiles read Q8_1
-    let tiles = if t > 1 { Forms::Q8_1 } else { Forms::default() };
+    // prefill's tiles read the two planes
+    let tiles = if t > 1 {
+        Forms::SPLIT
+    } else {
+        Forms::default()
+    };
     with_acts(x, Forms::of(dots).with(tiles), |acts| {
         let outs: Vec<OutPtr> = ys.iter_mut().map(|y| OutPtr(y.as_mut_ptr())).collect();
         let tasks: Vec<(usize, usize)> = ws
@@ -182,14 +187,10 @@ pub(super) fn int8_many(ws: &[QMat], x: &[f32], t: usize, ys: &mut [&mut [f32]],
                 }
             } else {
                 // SAFETY: this task alone writes columns r0..r0+nr of this Y (T, N).
-                unsafe { qgemm::gemm_rows(w, r0, nr, &acts.q8_1, t, out.at(r0), w.rows) };
+                unsafe { qgemm::gemm_rows(w, r0, nr, &acts.split, t, out.at(r0), w.rows) };
             }
         });
     })
-}
-
-thread_local! {
-    static XSUM: RefCell<Vec<i32>> = const { RefCell::new(Vec::new()) };
 }
 
 /// Products on repacked weights (every `ws[i].packed` is set): X converted once for the
@@ -313,27 +314,18 @@ pub(super) fn k_tiles(w: &QMat) -> bool {
         && qgemm::has_vnni()
 }
 
-/// Products on repacked 8-bit-kernel weights: X quantized once, each block's sum taken once;
-/// tiles of two groups over all tokens.
+/// Products on repacked 8-bit-kernel weights: X quantized once into two 8-bit planes
+/// (`act_split`); tiles of two groups over all tokens.
 fn packed_int8_many(ws: &[QMat], x: &[f32], t: usize, ys: &mut [&mut [f32]]) {
-    with_acts(x, Forms::Q8_1, |acts| {
-        XSUM.with(|cell| {
-            // (a fresh buffer on a thread already inside a product, as in `with_acts`)
-            let (mut mine, mut fresh) = (cell.try_borrow_mut().ok(), Vec::new());
-            let xs = mine.as_deref_mut().unwrap_or(&mut fresh);
-            super::repack::block_sums(&acts.q8_1, xs);
-            let xs = &*xs;
-            let outs: Vec<OutPtr> = ys.iter_mut().map(|y| OutPtr(y.as_mut_ptr())).collect();
-            par_tiles(ws, t, 2, t.max(1), |i, g, _| {
-                let Some(Packed::Int8(p)) = ws[i].packed else {
-                    return;
-                };
-                // SAFETY: the packed kernel exists on this CPU (packs are only made then); this
-                // tile alone writes the rows of groups g of output i (T, N_i).
-                unsafe {
-                    p.gemm_groups(g.start, g.end, &acts.q8_1, xs, t, outs[i].at(0), ws[i].rows)
-                };
-            });
-        })
+    with_acts(x, Forms::SPLIT, |acts| {
+        let outs: Vec<OutPtr> = ys.iter_mut().map(|y| OutPtr(y.as_mut_ptr())).collect();
+        par_tiles(ws, t, 2, t.max(1), |i, g, _| {
+            let Some(Packed::Int8(p)) = ws[i].packed else {
+                return;
+            };
+            // SAFETY: the packed kernel exists on this CPU (packs are only made then); this
+            // tile alone writes the rows of groups g of output i (T, N_i).
+            unsafe { p.gemm_groups(g.start, g.end, &acts.split, t, outs[i].at(0), ws[i].rows) };
+        });
     })
 }

@@ -1,0 +1,193 @@
+//! Activations as two 8-bit planes for the integer products of the legacy types: per 32-block,
+//! x ≈ u · (128·hi + lo) with u = amax / (127·128), hi the block's Q8 rounding (ggml's
+//! `quantize_row_q8_0`) and lo the rounding of what hi leaves, in 128ths of its step. Both
+//! planes go through `vpdpbusd` against the same unpacked weights and meet as
+//! `(Σw·hi << 7) + Σw·lo` (`repack_vnni`); the AVX2 row dots and tiles run once per plane
+//! and add (`rowdot`, `qgemm`), and the dequantizing f32 path multiplies the same values
+//! (`fallback`): a 15-bit activation for twice the multiply-adds of one 8-bit plane.
+//!
+//! Why: SmolLM2's Q4_1 file dequantized to F32 *is* the unquantized model, so every bit of
+//! KL divergence between the two is activation rounding. ggml's single 8-bit plane (with its
+//! fp16 scale and fp16 block sum) costs KLD 0.0036 on gpl-3.txt; the second plane makes that
+//! rounding 128 times finer (see `toy eval kld` in the README for the measured figures).
+
+use super::qdot::Q8_1Act;
+
+/// X (T, K) as two 8-bit planes per 32-block, each a Q8_1 form of its own (scales and sums
+/// in f32) so that every Q8_1 kernel can take either plane: `hi` (d = amax / 127) and `lo`
+/// (d = amax / (127 · 128)), whose values add up to x's rounding. Plus what the VNNI kernels
+/// read for the two together.
+#[derive(Default)]
+pub struct SplitAct {
+    /// The coarse plane: round(x · 127 / amax), in −127..=127; d = amax / 127, s = d · Σhi.
+    pub hi: Q8_1Act,
+    /// The fine plane: round((x · 127 / amax − hi) · 128), in −64..=64; d = amax / (127 · 128)
+    /// (the unit of the combined integer 128·hi + lo), s = d · Σlo.
+    pub lo: Q8_1Act,
+    /// Per block: Σ(128·hi + lo), the integer sum of the block's values.
+    pub sum: Vec<i32>,
+    /// Per block: lo.d · sum, the block's represented sum in f32 (Q4_1's min term).
+    pub s: Vec<f32>,
+}
+
+/// Round to nearest, ties to even, for |x| < 2^22.
+#[inline(always)]
+fn rne(x: f32) -> f32 {
+    (x + 12582912.0) - 12582912.0
+}
+
+impl SplitAct {
+    /// Quantize `x` (a multiple of 32 long).
+    pub fn quantize(&mut self, x: &[f32]) {
+        let nb = x.len() / 32;
+        for p in [&mut self.hi, &mut self.lo] {
+            p.d.resize(nb, 0.0);
+            p.s.resize(nb, 0.0);
+            p.qs.resize(nb * 32, 0);
+        }
+        self.sum.resize(nb, 0);
+        self.s.resize(nb, 0.0);
+        #[cfg(target_arch = "x86_64")]
+        if super::dot::simd_level() != super::dot::SimdLevel::Scalar {
+            // SAFETY: AVX2 was detected; the buffers were sized above.
+            unsafe { self.quantize_avx2(x) };
+            return;
+        }
+        self.quantize_ref(x)
+    }
+
+    /// Block b's scales and sums from its amax and the two planes' integer sums.
+    fn set_block(&mut self, b: usize, amax: f32, sum_hi: i32, sum_lo: i32) {
+        let unit = amax / (127.0 * 128.0);
+        let d = amax / 127.0;
+        self.hi.d[b] = d;
+        self.hi.s[b] = d * sum_hi as f32;
+        self.lo.d[b] = unit;
+        self.lo.s[b] = unit * sum_lo as f32;
+        self.sum[b] = 128 * sum_hi + sum_lo;
+        self.s[b] = unit * self.sum[b] as f32;
+    }
+
+    /// The portable quantizer (the reference the SIMD one must equal); buffers must be sized.
+    pub fn quantize_ref(&mut self, x: &[f32]) {
+        for (b, blk) in x.chunks_exact(32).enumerate() {
+            let amax = blk.iter().fold(0f32, |m, v| m.max(v.abs()));
+            let id = if amax != 0.0 { 127.0 / amax } else { 0.0 };
+            let (mut sh, mut sl) = (0i32, 0i32);
+            for (j, v) in blk.iter().enumerate() {
+                let y = v * id;
+                let h = rne(y);
+                let l = rne((y - h) * 128.0);
+                self.hi.qs[b * 32 + j] = h as i8;
+                self.lo.qs[b * 32 + j] = l as i8;
+                (sh, sl) = (sh + h as i32, sl + l as i32);
+            }
+            self.set_block(b, amax, sh, sl);
+        }
+    }
+
+    #[cfg(target_arch = "x86_64")]
+    #[target_feature(enable = "avx2")]
+    unsafe fn quantize_avx2(&mut self, x: &[f32]) {
+        use std::arch::x86_64::*;
+        let nb = x.len() / 32;
+        assert!(self.hi.qs.len() >= nb * 32 && self.lo.qs.len() >= nb * 32);
+        let k128 = _mm256_set1_ps(128.0);
+        let abs = _mm256_castsi256_ps(_mm256_set1_epi32(0x7FFF_FFFF));
+        for b in 0..nb {
+            let p = x.as_ptr().add(b * 32);
+            let v: [__m256; 4] = std::array::from_fn(|i| _mm256_loadu_ps(p.add(8 * i)));
+            let m = v.iter().fold(_mm256_setzero_ps(), |m, v| {
+                _mm256_max_ps(m, _mm256_and_ps(*v, abs))
+            });
+            let mut lanes = [0f32; 8];
+            _mm256_storeu_ps(lanes.as_mut_ptr(), m);
+            let amax = lanes.iter().fold(0f32, |a, b| a.max(*b));
+            let id = _mm256_set1_ps(if amax != 0.0 { 127.0 / amax } else { 0.0 });
+            let (mut sh, mut sl) = (_mm256_setzero_si256(), _mm256_setzero_si256());
+            let (mut hq, mut lq) = ([0i32; 32], [0i32; 32]);
+            for i in 0..4 {
+                let y = _mm256_mul_ps(v[i], id);
+                // vcvtps2dq rounds to nearest even under the default MXCSR, as `rne`
+                let h = _mm256_cvtps_epi32(y);
+                let l = _mm256_cvtps_epi32(_mm256_mul_ps(
+                    _mm256_sub_ps(y, _mm256_cvtepi32_ps(h)),
+                    k128,
+                ));
+                sh = _mm256_add_epi32(sh, h);
+                sl = _mm256_add_epi32(sl, l);
+                _mm256_storeu_si256(hq.as_mut_ptr().add(8 * i) as *mut __m256i, h);
+                _mm256_storeu_si256(lq.as_mut_ptr().add(8 * i) as *mut __m256i, l);
+            }
+            for j in 0..32 {
+                self.hi.qs[b * 32 + j] = hq[j] as i8;
+                self.lo.qs[b * 32 + j] = lq[j] as i8;
+            }
+            let (mut a, mut c) = ([0i32; 8], [0i32; 8]);
+            _mm256_storeu_si256(a.as_mut_ptr() as *mut __m256i, sh);
+            _mm256_storeu_si256(c.as_mut_ptr() as *mut __m256i, sl);
+            self.set_block(b, amax, a.iter().sum(), c.iter().sum());
+        }
+    }
+
+    /// Block `b`'s element `j` as the kernels see it: lo.d · (128·hi + lo).
+    pub fn value(&self, b: usize, j: usize) -> f32 {
+        self.lo.d[b] * (128 * self.hi.qs[b * 32 + j] as i32 + self.lo.qs[b * 32 + j] as i32) as f32
+    }
+
+    /// Round `x` in place onto the values the two planes represent (for the products that
+    /// dequantize weights and multiply in f32: the same activations as the integer kernels).
+    pub fn round_in_place(&mut self, x: &mut [f32]) {
+        self.quantize(x);
+        for (b, blk) in x.chunks_exact_mut(32).enumerate() {
+            for (j, v) in blk.iter_mut().enumerate() {
+                *v = self.value(b, j);
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_simd_quantizer_equals_the_reference_and_both_planes_stay_in_range() {
+        let mut x = crate::kernels::test_data(32 * 40, 7);
+        x[5] = 3.0; // an outlier in block 0
+        x[64..96].fill(0.0); // a zero block
+        let (mut a, mut r) = (SplitAct::default(), SplitAct::default());
+        a.quantize(&x);
+        r.quantize(&x); // sizes the buffers
+        r.quantize_ref(&x);
+        assert_eq!((&a.hi.qs, &a.lo.qs, &a.sum), (&r.hi.qs, &r.lo.qs, &r.sum));
+        assert_eq!(
+            (&a.hi.d, &a.lo.d, &a.hi.s, &a.lo.s, &a.s),
+            (&r.hi.d, &r.lo.d, &r.hi.s, &r.lo.s, &r.s)
+        );
+        assert!(a.hi.qs.iter().all(|v| (-127..=127).contains(v)));
+        assert!(a.lo.qs.iter().all(|v| (-64..=64).contains(v)));
+        assert!(a.lo.d[2] == 0.0 && a.sum[2] == 0);
+    }
+
+    #[test]
+    fn two_planes_round_128_times_finer_than_one() {
+        let x = crate::kernels::test_data(32 * 64, 3);
+        let mut a = SplitAct::default();
+        a.quantize(&x);
+        for (b, blk) in x.chunks_exact(32).enumerate() {
+            let amax = blk.iter().fold(0f32, |m, v| m.max(v.abs()));
+            let step = amax / 127.0;
+            let mut sum = 0f64;
+            for (j, v) in blk.iter().enumerate() {
+                let err = (a.value(b, j) - v).abs();
+                assert!(
+                    err <= step / 256.0 * 1.01 + 1e-7,
+                    "block {b} elem {j}: {err} vs step {step}"
+                );
+                sum += a.value(b, j) as f64;
+            }
+            assert!((a.s[b] as f64 - sum).abs() <= 1e-4 * (1.0 + sum.abs()));
+        }
+    }
+}

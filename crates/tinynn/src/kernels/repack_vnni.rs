@@ -1,0 +1,186 @@
+//! The AVX-512 VNNI kernels of the repacked Q4_0, Q4_1, Q5_0 and Q8_0 weights (`repack`'s
+//! layout): one group of 16 rows against a tile of up to TT tokens. Activations arrive as two
+//! 8-bit planes (`act_split`): each plane is one round of `vpdpbusd` against the same unpacked
+//! weights, and the two meet in the integers as `(Σw·hi << 7) + Σw·lo`, so a block costs one
+//! conversion and one multiply-add in f32 as before.
+
+use super::act_split::SplitAct;
+use super::group_tiles::G;
+use super::repack::{PackedQ4, TT};
+use super::stream::prefetch_ahead;
+use std::arch::x86_64::*;
+
+/// 16 lanes of Σ w·x over one 32-block for both planes of token block `tb`: `w` holds the
+/// block's 8 vectors of 4 unsigned weight bytes per row (chunk c of `lo_first` order: the
+/// low nibbles' 4 chunks, then the high ones'), `flip` turns signed activations into
+/// `vpdpbusd`'s unsigned operand (Q8_0's signed weights; x + 128 enters, `bias` takes it off).
+#[inline(always)]
+unsafe fn planes(w: &[__m512i; 8], act: &SplitAct, tb: usize, bias: __m512i) -> __m512i {
+    let xh = act.hi.qs.as_ptr().add(tb * 32) as *const i32;
+    let xl = act.lo.qs.as_ptr().add(tb * 32) as *const i32;
+    let (mut ih, mut il) = (_mm512_setzero_si512(), bias);
+    for c in 0..8 {
+        ih = _mm512_dpbusd_epi32(
+            ih,
+            w[c],
+            _mm512_set1_epi32(std::ptr::read_unaligned(xh.add(c))),
+        );
+        il = _mm512_dpbusd_epi32(
+            il,
+            w[c],
+            _mm512_set1_epi32(std::ptr::read_unaligned(xl.add(c))),
+        );
+    }
+    _mm512_add_epi32(_mm512_slli_epi32::<7>(ih), il)
+}
+
+/// One group of 16 Q4_0 (`Q41` false) or Q4_1 rows against TN tokens.
+#[target_feature(enable = "avx512f,avx512bw,avx512vnni,fma,f16c")]
+pub(super) unsafe fn group<const TN: usize, const Q41: bool>(
+    p: &PackedQ4,
+    g: usize,
+    act: &SplitAct,
+    t0: usize,
+    res: &mut [[f32; G]; TT],
+) {
+    let nb = p.cols / 32;
+    let mins = if Q41 { 32 } else { 0 };
+    let low = _mm512_set1_epi8(0x0F);
+    let mut acc = [_mm512_setzero_ps(); TN];
+    let mut macc = [_mm512_setzero_ps(); TN];
+    for b in 0..nb {
+        let base = p.block(g, b);
+        if TN == 1 {
+            prefetch_ahead(base, p.gb);
+        }
+        let dw = _mm512_cvtph_ps(_mm256_loadu_si256(base as *const __m256i));
+        let mw = if Q41 {
+            _mm512_cvtph_ps(_mm256_loadu_si256(base.add(32) as *const __m256i))
+        } else {
+            _mm512_setzero_ps()
+        };
+        // w[c]: elements 4c..4c+4 (low nibbles), w[4 + c]: 16+4c..16+4c+4 (high nibbles)
+        let mut w = [_mm512_setzero_si512(); 8];
+        for c in 0..4 {
+            let v = _mm512_loadu_si512(base.add(32 + mins + 64 * c) as *const _);
+            w[c] = _mm512_and_si512(v, low);
+            w[4 + c] = _mm512_and_si512(_mm512_srli_epi16(v, 4), low);
+        }
+        for j in 0..TN {
+            let tb = (t0 + j) * nb + b;
+            // nibbles are 0..15; Q4_0 subtracts 8 * sum(x) for its offset, Q4_1 adds m * s
+            let bias = _mm512_set1_epi32(if Q41 { 0 } else { -8 * act.sum[tb] });
+            let isum = planes(&w, act, tb, bias);
+            let scale = _mm512_mul_ps(dw, _mm512_set1_ps(act.lo.d[tb]));
+            acc[j] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum), scale, acc[j]);
+            if Q41 {
+                macc[j] = _mm512_fmadd_ps(mw, _mm512_set1_ps(act.s[tb]), macc[j]);
+            }
+        }
+    }
+    for j in 0..TN {
+        let r = if Q41 {
+            _mm512_add_ps(acc[j], macc[j])
+        } else {
+            acc[j]
+        };
+        _mm512_storeu_ps(res[j].as_mut_ptr(), r);
+    }
+}
+
+/// One group of 16 Q8_0 rows against TN tokens: the activations enter as x + 128 against the
+/// signed weights, and 128 · 129 · Σw comes off the combined sum.
+#[target_feature(enable = "avx512f,avx512bw,avx512vnni,fma,f16c")]
+pub(super) unsafe fn group_q8<const TN: usize>(
+    p: &PackedQ4,
+    g: usize,
+    act: &SplitAct,
+    t0: usize,
+    res: &mut [[f32; G]; TT],
+) {
+    let nb = p.cols / 32;
+    let flip = _mm512_set1_epi32(0x8080_8080u32 as i32);
+    let mut acc = [_mm512_setzero_ps(); TN];
+    for b in 0..nb {
+        let base = p.block(g, b);
+        if TN == 1 {
+            prefetch_ahead(base, p.gb);
+        }
+        let dw = _mm512_cvtph_ps(_mm256_loadu_si256(base as *const __m256i));
+        let sums = _mm512_cvtepi16_epi32(_mm256_loadu_si256(base.add(32) as *const __m256i));
+        let bias = _mm512_mullo_epi32(sums, _mm512_set1_epi32(-128 * 129));
+        let mut w = [_mm512_setzero_si512(); 8];
+        for c in 0..8 {
+            w[c] = _mm512_loadu_si512(base.add(64 + 64 * c) as *const _);
+        }
+        for j in 0..TN {
+            let tb = (t0 + j) * nb + b;
+            let xh = act.hi.qs.as_ptr().add(tb * 32) as *const i32;
+            let xl = act.lo.qs.as_ptr().add(tb * 32) as *const i32;
+            let (mut ih, mut il) = (_mm512_setzero_si512(), bias);
+            for c in 0..8 {
+                let h = _mm512_set1_epi32(std::ptr::read_unaligned(xh.add(c)));
+                let l = _mm512_set1_epi32(std::ptr::read_unaligned(xl.add(c)));
+                ih = _mm512_dpbusd_epi32(ih, _mm512_xor_si512(h, flip), w[c]);
+                il = _mm512_dpbusd_epi32(il, _mm512_xor_si512(l, flip), w[c]);
+            }
+            let isum = _mm512_add_epi32(_mm512_slli_epi32::<7>(ih), il);
+            let scale = _mm512_mul_ps(dw, _mm512_set1_ps(act.lo.d[tb]));
+            acc[j] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum), scale, acc[j]);
+        }
+    }
+    for j in 0..TN {
+        _mm512_storeu_ps(res[j].as_mut_ptr(), acc[j]);
+    }
+}
+
+/// Bits `shift..shift + 4` of each lane's fifth-bit mask, moved to bit 4 of the lane's 4
+/// bytes (x * 0x00204081 places bit i at bit 8i; no partial products overlap).
+#[inline]
+#[target_feature(enable = "avx512f,avx512bw")]
+unsafe fn fifth(qh: __m512i, shift: i32) -> __m512i {
+    let b = _mm512_and_si512(
+        _mm512_srlv_epi32(qh, _mm512_set1_epi32(shift)),
+        _mm512_set1_epi32(0xF),
+    );
+    let spread = _mm512_mullo_epi32(b, _mm512_set1_epi32(0x0020_4081));
+    _mm512_slli_epi32::<4>(_mm512_and_si512(spread, _mm512_set1_epi32(0x0101_0101)))
+}
+
+/// One group of 16 Q5_0 rows against TN tokens: nibbles plus fifth bits (spread from each
+/// lane's 32-bit mask into bit 4 of the bytes by a multiply), values 0..31 less 16.
+#[target_feature(enable = "avx512f,avx512bw,avx512vnni,fma,f16c")]
+pub(super) unsafe fn group_q5<const TN: usize>(
+    p: &PackedQ4,
+    g: usize,
+    act: &SplitAct,
+    t0: usize,
+    res: &mut [[f32; G]; TT],
+) {
+    let nb = p.cols / 32;
+    let low = _mm512_set1_epi8(0x0F);
+    let mut acc = [_mm512_setzero_ps(); TN];
+    for b in 0..nb {
+        let base = p.block(g, b);
+        let dw = _mm512_cvtph_ps(_mm256_loadu_si256(base as *const __m256i));
+        let qh = _mm512_loadu_si512(base.add(32) as *const _);
+        let mut w = [_mm512_setzero_si512(); 8];
+        for c in 0..4 {
+            let v = _mm512_loadu_si512(base.add(96 + 64 * c) as *const _);
+            w[c] = _mm512_or_si512(_mm512_and_si512(v, low), fifth(qh, 4 * c as i32));
+            w[4 + c] = _mm512_or_si512(
+                _mm512_and_si512(_mm512_srli_epi16(v, 4), low),
+                fifth(qh, 16 + 4 * c as i32),
+            );
+        }
+        for j in 0..TN {
+            let tb = (t0 + j) * nb + b;
+            let isum = planes(&w, act, tb, _mm512_set1_epi32(-16 * act.sum[tb]));
+            let scale = _mm512_mul_ps(dw, _mm512_set1_ps(act.lo.d[tb]));
+            acc[j] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum), scale, acc[j]);
+        }
+    }
+    for j in 0..TN {
+        _mm512_storeu_ps(res[j].as_mut_ptr(), acc[j]);
+    }
+}
