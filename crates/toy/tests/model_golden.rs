@@ -122,9 +122,11 @@ fn batched_scores_equal_token_by_token_scores() {
                 "step {i}: batched and stepwise differ"
             );
         } else {
-            // f32 GEMM and row dots sum in different orders on the same rounded activations
+            // f32 GEMM and row dots sum in different orders on the same rounded activations,
+            // and a last-bit difference can flip the f16 rounding of a cached key or value
+            // (2^-11 relative); one-plane rounding flips steps of 1/254 of a block's amax
             assert!(
-                (a.logprob - b.logprob).abs() < 1e-3,
+                (a.logprob - b.logprob).abs() < 1e-2,
                 "step {i}: {} vs {}",
                 a.logprob,
                 b.logprob

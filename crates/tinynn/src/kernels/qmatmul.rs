@@ -15,7 +15,9 @@ use super::act_quant::round_for;
 use super::fallback::{matmul_f32, matvec_f32};
 use super::qgemm;
 use super::repack::Packed;
-use super::rowdot::{int8_many, k_tiles, k_tiles_many, matvec_int8, packed_many, RowDot};
+use super::rowdot::{
+    int8_many, k_tiles, k_tiles_many, matvec_int8, packed_many, RowDot, ROW_DOT_BATCH,
+};
 use crate::quant::{can_dequantize, dequantize, GgmlType};
 
 /// A borrowed weight matrix: `rows` (N) rows of `cols` (K) elements in type `ty`.
@@ -122,6 +124,9 @@ pub fn matmul(w: &QMat, x: &[f32], t: usize, y: &mut [f32]) {
     if qgemm::supports(w.ty, k) {
         return matmul_int8(w, x, t, y);
     }
+    if let Some(dots) = small_batch_dots(&[*w], t) {
+        return int8_many(&[*w], x, t, &mut [y], &dots);
+    }
     if k_tiles(w) {
         return k_tiles_many(&[*w], x, t, &mut [y]);
     }
@@ -161,12 +166,25 @@ pub fn matmul_many(ws: &[QMat], x: &[f32], t: usize, ys: &mut [&mut [f32]]) {
         }
     } else if ws.iter().all(|w| qgemm::supports(w.ty, w.cols)) {
         return int8_many(ws, x, t, ys, &[]);
+    } else if let Some(dots) = small_batch_dots(ws, t) {
+        return int8_many(ws, x, t, ys, &dots);
     } else if ws.iter().all(k_tiles) {
         return k_tiles_many(ws, x, t, ys);
     }
     for (w, y) in ws.iter().zip(ys.iter_mut()) {
         matmul(w, x, t, y);
     }
+}
+
+/// Decode's row dots for a batch of fewer than `ROW_DOT_BATCH` tokens, when every matrix is
+/// of a legacy type the row dots take (and, as the callers check first, no VNNI tiles).
+fn small_batch_dots(ws: &[QMat], t: usize) -> Option<Vec<RowDot>> {
+    if t >= ROW_DOT_BATCH {
+        return None;
+    }
+    ws.iter()
+        .map(|w| RowDot::for_matrix(w).filter(|d| matches!(d, RowDot::Q8_1(_))))
+        .collect()
 }
 
 /// The kernels `matvec` and `matmul` choose for `w` on this CPU: (decode, prefill).

@@ -147,6 +147,13 @@ fn convert_then<R>(acts: &mut Acts, x: &[f32], forms: Forms, f: impl FnOnce(&Act
     }
 }
 
+/// Batches of fewer than this many tokens of the legacy types take decode's row dots on CPUs
+/// without the VNNI tiles (AVX2): the sequences of a decode step, and prompts and chunks under
+/// 64 tokens, then get the bits of token-by-token decoding whatever they are batched with, so
+/// a seed repeats its sample (prefill's f32 path sums in another order). 64, where ggml's
+/// attention changes regime too (`toy::infer::kv_cache::f16_attention`).
+pub(super) const ROW_DOT_BATCH: usize = 64;
+
 /// Decode's product: convert x once, then one row dot per output.
 pub(super) fn matvec_int8(w: &QMat, x: &[f32], y: &mut [f32], dot: RowDot) {
     with_acts(x, Forms::of(&[dot]), |acts| {
@@ -161,7 +168,9 @@ pub(super) fn matvec_int8(w: &QMat, x: &[f32], y: &mut [f32], dot: RowDot) {
 
 /// Several products of the same X (fused q/k/v, gate/up): X is quantized once (per 8-bit
 /// form), and one parallel loop covers the rows of every matrix, so there is one
-/// synchronisation, not three. Decode (T = 1) takes `dots`, one per matrix; prefill the tiles.
+/// synchronisation, not three. With `dots` (one per matrix: decode, or a small batch of the
+/// legacy types on a CPU without the VNNI tiles, under `ROW_DOT_BATCH`) each token takes the row
+/// dots, so its result does not depend on the batch; without, the tiles.
 pub(super) fn int8_many(ws: &[QMat], x: &[f32], t: usize, ys: &mut [&mut [f32]], dots: &[RowDot]) {
     const CHUNK: usize = 16;
     // prefill's tiles read the two planes
@@ -184,6 +193,16 @@ pub(super) fn int8_many(ws: &[QMat], x: &[f32], t: usize, ys: &mut [&mut [f32]],
                 for r in r0..r0 + nr {
                     // SAFETY: this task alone writes rows r0..r0+nr of this output.
                     unsafe { *out.at(r) = dots[i].run(w.row(r), acts) };
+                }
+            } else if let RowDot::Q8_1(f) = dots.get(i).copied().unwrap_or(RowDot::F16) {
+                // a small batch without the VNNI tiles: each token on decode's row dot
+                let nb = w.cols / 32;
+                for r in r0..r0 + nr {
+                    for j in 0..t {
+                        let (h, l) = (acts.split.hi.token(j, nb), acts.split.lo.token(j, nb));
+                        // SAFETY: this task alone writes columns r0..r0+nr of this Y (T, N).
+                        unsafe { *out.at(j * w.rows + r) = f(w.row(r), &h, &l) };
+                    }
                 }
             } else {
                 // SAFETY: this task alone writes columns r0..r0+nr of this Y (T, N).
