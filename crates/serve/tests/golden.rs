@@ -79,7 +79,10 @@ async fn echo_logprobs_agree_with_llama_cpp_teacher_forced() {
     let (rate, mean) = (agree as f64 / steps as f64, diff_sum / steps as f64);
     assert!(steps >= 90, "the golden file's 3 x 32 steps, got {steps}");
     // top-1 may differ only at llama.cpp's near-ties (top two within 0.2 nats)
-    assert!(clear_misses.is_empty(), "(step, ours, gap): {clear_misses:?}");
+    assert!(
+        clear_misses.is_empty(),
+        "(step, ours, gap): {clear_misses:?}"
+    );
     assert!(rate >= 0.95, "top-1 agreement {rate:.3} < 0.95");
     assert!(mean <= 0.035, "mean |logprob diff| {mean:.4} > 0.035");
 }
