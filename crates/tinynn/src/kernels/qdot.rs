@@ -22,6 +22,7 @@ fn rne(x: f32) -> f32 {
 }
 
 /// One token's blocks of a quantized (T, K) matrix, borrowed as a row.
+#[derive(Clone, Copy)]
 pub struct Q8_1Row<'a> {
     pub d: &'a [f32],
     pub s: &'a [f32],

@@ -2,66 +2,82 @@
 //! pass over the weight row: each block's weights are loaded and unpacked once and multiplied
 //! by the coarse and the fine plane into two accumulators, which end as
 //! `dot(row, hi) + dot(row, lo)` would (`qdot`'s AVX2 kernels, ggml's `hsum_float_8` order), to
-//! the bit. Q5_0 and Q5_1 take their one-plane kernels twice.
+//! the bit. Several tokens share each unpacked block (tiles of four: a short batch takes these
+//! row dots on CPUs without VNNI, to keep decode's bits). Q5_0 and Q5_1 take their one-plane
+//! kernels twice.
 
 use super::qdot::{dot_q4_0, dot_q4_1, dot_q8_0, has_fast_q4_1, Q8_1Row};
 use super::qdot_q5::{dot_q5_0, dot_q5_1};
 use crate::quant::GgmlType;
 
-/// A weight row against the two planes of one token.
-pub type SplitDot = fn(&[u8], &Q8_1Row, &Q8_1Row) -> f32;
+/// A weight row against the two planes of each of T tokens (`h[j]`, `l[j]`) -> `out[j]`.
+pub type SplitDots = fn(&[u8], &[Q8_1Row], &[Q8_1Row], &mut [f32]);
 
-/// The two-plane row dot for weights of type `ty` (the legacy types).
-pub fn split_dot(ty: GgmlType) -> Option<SplitDot> {
+/// The two-plane row dot for weights of type `ty` (the legacy types), for one token or several.
+pub fn split_dots(ty: GgmlType) -> Option<SplitDots> {
     use GgmlType::*;
     Some(match ty {
-        Q4_0 => dot_q4_0_x2,
-        Q4_1 => dot_q4_1_x2,
-        Q8_0 => dot_q8_0_x2,
-        Q5_0 => |r, h, l| dot_q5_0(r, h) + dot_q5_0(r, l),
-        Q5_1 => |r, h, l| dot_q5_1(r, h) + dot_q5_1(r, l),
+        Q4_0 => many::<Q40>,
+        Q4_1 => many::<Q41>,
+        Q8_0 => many::<Q80>,
+        Q5_0 => |r, h, l, out| {
+            for ((o, h), l) in out.iter_mut().zip(h).zip(l) {
+                *o = dot_q5_0(r, h) + dot_q5_0(r, l);
+            }
+        },
+        Q5_1 => |r, h, l, out| {
+            for ((o, h), l) in out.iter_mut().zip(h).zip(l) {
+                *o = dot_q5_1(r, h) + dot_q5_1(r, l);
+            }
+        },
         _ => return None,
     })
 }
 
-/// `dot_q4_0(row, h) + dot_q4_0(row, l)`.
-pub fn dot_q4_0_x2(row: &[u8], h: &Q8_1Row, l: &Q8_1Row) -> f32 {
-    #[cfg(target_arch = "x86_64")]
-    if has_fast_q4_1() {
-        // SAFETY: the features were detected on this CPU; lengths are checked inside.
-        return unsafe { avx2::q4_0(row, h, l) };
-    }
-    dot_q4_0(row, h) + dot_q4_0(row, l)
-}
+const Q40: u8 = 0;
+const Q41: u8 = 1;
+const Q80: u8 = 2;
 
-/// `dot_q4_1(row, h) + dot_q4_1(row, l)`.
-pub fn dot_q4_1_x2(row: &[u8], h: &Q8_1Row, l: &Q8_1Row) -> f32 {
+/// Each token's `one(row, h) + one(row, l)`, for the kernels of `qdot` with AVX2 in tiles of
+/// four tokens that load and unpack each weight block once.
+fn many<const KIND: u8>(row: &[u8], h: &[Q8_1Row], l: &[Q8_1Row], out: &mut [f32]) {
+    assert!(h.len() >= out.len() && l.len() >= out.len());
     #[cfg(target_arch = "x86_64")]
     if has_fast_q4_1() {
-        // SAFETY: as above.
-        return unsafe { avx2::q4_1(row, h, l) };
+        let mut j = 0;
+        while j < out.len() {
+            // SAFETY: the features were detected on this CPU; lengths are checked inside.
+            unsafe {
+                if out.len() - j >= 4 {
+                    let r = avx2::tile::<4, KIND>(row, &h[j..j + 4], &l[j..j + 4]);
+                    out[j..j + 4].copy_from_slice(&r);
+                    j += 4;
+                } else {
+                    out[j] = avx2::tile::<1, KIND>(row, &h[j..j + 1], &l[j..j + 1])[0];
+                    j += 1;
+                }
+            }
+        }
+        return;
     }
-    dot_q4_1(row, h) + dot_q4_1(row, l)
-}
-
-/// `dot_q8_0(row, h) + dot_q8_0(row, l)`.
-pub fn dot_q8_0_x2(row: &[u8], h: &Q8_1Row, l: &Q8_1Row) -> f32 {
-    #[cfg(target_arch = "x86_64")]
-    if has_fast_q4_1() {
-        // SAFETY: as above.
-        return unsafe { avx2::q8_0(row, h, l) };
+    let one = match KIND {
+        Q40 => dot_q4_0,
+        Q41 => dot_q4_1,
+        _ => dot_q8_0,
+    };
+    for ((o, h), l) in out.iter_mut().zip(h).zip(l) {
+        *o = one(row, h) + one(row, l);
     }
-    dot_q8_0(row, h) + dot_q8_0(row, l)
 }
 
 #[cfg(target_arch = "x86_64")]
 mod avx2 {
     use super::super::qdot::{hsum8, Q8_1Row};
+    use super::{Q40, Q41};
     use std::arch::x86_64::*;
 
-    fn check(nb: usize, h: &Q8_1Row, l: &Q8_1Row) {
-        assert!(h.qs.len() >= nb * 32 && h.d.len() >= nb && h.s.len() >= nb);
-        assert!(l.qs.len() >= nb * 32 && l.d.len() >= nb && l.s.len() >= nb);
+    fn check(nb: usize, a: &Q8_1Row) {
+        assert!(a.qs.len() >= nb * 32 && a.d.len() >= nb && a.s.len() >= nb);
     }
 
     /// The f16 at `p`, widened.
@@ -78,76 +94,82 @@ mod avx2 {
         _mm256_madd_epi16(_mm256_maddubs_epi16(w, x), _mm256_set1_epi16(1))
     }
 
-    /// Σ pairs of i8 w × i8 x: |w| against x with w's sign.
-    #[inline(always)]
-    unsafe fn s8(w: __m256i, x: __m256i) -> __m256i {
-        us8(_mm256_sign_epi8(w, w), _mm256_sign_epi8(x, w))
-    }
-
     /// The 32 activations of block b of plane `a`.
     #[inline(always)]
     unsafe fn xs(a: &Q8_1Row, b: usize) -> __m256i {
         _mm256_loadu_si256(a.qs.as_ptr().add(b * 32) as *const __m256i)
     }
 
+    /// TN tokens against one row of KIND (Q4_0, Q4_1, Q8_0), each token's sums in the order
+    /// of `qdot`'s one-token kernels: per block, the weights as `maddubs`'s unsigned operand
+    /// (|w| for the signed types, with x taking w's sign), one FMA per plane into 8 lanes,
+    /// Q4_1's min term in a scalar sum, `hsum_float_8` at the end.
     #[target_feature(enable = "avx2,fma,f16c")]
-    pub unsafe fn q4_0(row: &[u8], h: &Q8_1Row, l: &Q8_1Row) -> f32 {
-        const BYTES: usize = 18;
-        let nb = row.len() / BYTES;
-        check(nb, h, l);
+    pub unsafe fn tile<const TN: usize, const KIND: u8>(
+        row: &[u8],
+        h: &[Q8_1Row],
+        l: &[Q8_1Row],
+    ) -> [f32; TN] {
+        let bytes = match KIND {
+            Q40 => 18,
+            Q41 => 20,
+            _ => 34,
+        };
+        let nb = row.len() / bytes;
+        let (h, l): (&[Q8_1Row; TN], &[Q8_1Row; TN]) =
+            (h.try_into().unwrap(), l.try_into().unwrap());
+        for j in 0..TN {
+            check(nb, &h[j]);
+            check(nb, &l[j]);
+        }
         let (low, off) = (_mm256_set1_epi8(0x0F), _mm256_set1_epi8(8));
-        let (mut ah, mut al) = (_mm256_setzero_ps(), _mm256_setzero_ps());
+        let (mut ah, mut al) = ([_mm256_setzero_ps(); TN], [_mm256_setzero_ps(); TN]);
+        let (mut mh, mut ml) = ([0f32; TN], [0f32; TN]);
         for b in 0..nb {
-            let p = row.as_ptr().add(b * BYTES);
+            let p = row.as_ptr().add(b * bytes);
             let d = half(p);
-            let raw = _mm_loadu_si128(p.add(2) as *const __m128i);
-            let w = _mm256_and_si256(_mm256_set_m128i(_mm_srli_epi16(raw, 4), raw), low);
-            let w = _mm256_sub_epi8(w, off);
-            let (ph, pl) = (s8(w, xs(h, b)), s8(w, xs(l, b)));
-            ah = _mm256_fmadd_ps(_mm256_set1_ps(d * h.d[b]), _mm256_cvtepi32_ps(ph), ah);
-            al = _mm256_fmadd_ps(_mm256_set1_ps(d * l.d[b]), _mm256_cvtepi32_ps(pl), al);
+            let (wa, ws, m) = match KIND {
+                Q40 | Q41 => {
+                    let at = if KIND == Q41 { 4 } else { 2 };
+                    let raw = _mm_loadu_si128(p.add(at) as *const __m128i);
+                    // elements 0..15 are the low nibbles, 16..31 the high ones
+                    let w = _mm256_and_si256(_mm256_set_m128i(_mm_srli_epi16(raw, 4), raw), low);
+                    if KIND == Q41 {
+                        (w, w, half(p.add(2)))
+                    } else {
+                        let w = _mm256_sub_epi8(w, off);
+                        (_mm256_sign_epi8(w, w), w, 0.0)
+                    }
+                }
+                _ => {
+                    let w = _mm256_loadu_si256(p.add(2) as *const __m256i);
+                    (_mm256_sign_epi8(w, w), w, 0.0)
+                }
+            };
+            for j in 0..TN {
+                let (mut xh, mut xl) = (xs(&h[j], b), xs(&l[j], b));
+                if KIND != Q41 {
+                    xh = _mm256_sign_epi8(xh, ws);
+                    xl = _mm256_sign_epi8(xl, ws);
+                }
+                let (ph, pl) = (us8(wa, xh), us8(wa, xl));
+                // (b < nb: `check` above)
+                let (hd, ld) = (*h[j].d.get_unchecked(b), *l[j].d.get_unchecked(b));
+                ah[j] = _mm256_fmadd_ps(_mm256_set1_ps(d * hd), _mm256_cvtepi32_ps(ph), ah[j]);
+                al[j] = _mm256_fmadd_ps(_mm256_set1_ps(d * ld), _mm256_cvtepi32_ps(pl), al[j]);
+                if KIND == Q41 {
+                    mh[j] += m * *h[j].s.get_unchecked(b);
+                    ml[j] += m * *l[j].s.get_unchecked(b);
+                }
+            }
         }
-        hsum8(ah) + hsum8(al)
-    }
-
-    #[target_feature(enable = "avx2,fma,f16c")]
-    pub unsafe fn q4_1(row: &[u8], h: &Q8_1Row, l: &Q8_1Row) -> f32 {
-        const BYTES: usize = 20;
-        let nb = row.len() / BYTES;
-        check(nb, h, l);
-        let low = _mm256_set1_epi8(0x0F);
-        let (mut ah, mut al) = (_mm256_setzero_ps(), _mm256_setzero_ps());
-        let (mut mh, mut ml) = (0f32, 0f32);
-        for b in 0..nb {
-            let p = row.as_ptr().add(b * BYTES);
-            let (d, m) = (half(p), half(p.add(2)));
-            let raw = _mm_loadu_si128(p.add(4) as *const __m128i);
-            // elements 0..15 are the low nibbles, 16..31 the high ones
-            let w = _mm256_and_si256(_mm256_set_m128i(_mm_srli_epi16(raw, 4), raw), low);
-            let (ph, pl) = (us8(w, xs(h, b)), us8(w, xs(l, b)));
-            ah = _mm256_fmadd_ps(_mm256_set1_ps(d * h.d[b]), _mm256_cvtepi32_ps(ph), ah);
-            al = _mm256_fmadd_ps(_mm256_set1_ps(d * l.d[b]), _mm256_cvtepi32_ps(pl), al);
-            mh += m * h.s[b];
-            ml += m * l.s[b];
-        }
-        (hsum8(ah) + mh) + (hsum8(al) + ml)
-    }
-
-    #[target_feature(enable = "avx2,fma,f16c")]
-    pub unsafe fn q8_0(row: &[u8], h: &Q8_1Row, l: &Q8_1Row) -> f32 {
-        const BYTES: usize = 34;
-        let nb = row.len() / BYTES;
-        check(nb, h, l);
-        let (mut ah, mut al) = (_mm256_setzero_ps(), _mm256_setzero_ps());
-        for b in 0..nb {
-            let p = row.as_ptr().add(b * BYTES);
-            let d = half(p);
-            let w = _mm256_loadu_si256(p.add(2) as *const __m256i);
-            let (ph, pl) = (s8(w, xs(h, b)), s8(w, xs(l, b)));
-            ah = _mm256_fmadd_ps(_mm256_set1_ps(d * h.d[b]), _mm256_cvtepi32_ps(ph), ah);
-            al = _mm256_fmadd_ps(_mm256_set1_ps(d * l.d[b]), _mm256_cvtepi32_ps(pl), al);
-        }
-        hsum8(ah) + hsum8(al)
+        std::array::from_fn(|j| {
+            if KIND == Q41 {
+                (hsum8(ah[j]) + mh[j]) + (hsum8(al[j]) + ml[j])
+            } else {
+                hsum8(ah[j]) + hsum8(al[j])
+            }
+        })
     }
 }
 
@@ -155,6 +177,38 @@ mod avx2 {
 mod tests {
     use super::*;
     use crate::kernels::act_split::SplitAct;
+
+    /// Tiles of several tokens give each token the bits it gets alone.
+    #[test]
+    fn tokens_in_tiles_equal_tokens_alone() {
+        use crate::quant::quantize;
+        for ty in [
+            GgmlType::Q4_0,
+            GgmlType::Q4_1,
+            GgmlType::Q8_0,
+            GgmlType::Q5_0,
+            GgmlType::Q5_1,
+        ] {
+            let k = 576;
+            let w = crate::kernels::test_data(k, 3);
+            let mut row = vec![0u8; ty.row_bytes(k as u64).unwrap() as usize];
+            quantize(ty, &w, &mut row).unwrap();
+            for t in [1, 3, 4, 7, 9] {
+                let x = crate::kernels::test_data(t * k, 11 + t as u64);
+                let mut a = SplitAct::default();
+                a.quantize(&x);
+                let h: Vec<_> = (0..t).map(|j| a.hi.token(j, k / 32)).collect();
+                let l: Vec<_> = (0..t).map(|j| a.lo.token(j, k / 32)).collect();
+                let mut all = vec![0f32; t];
+                split_dots(ty).unwrap()(&row, &h, &l, &mut all);
+                for j in 0..t {
+                    let mut one = [0f32];
+                    split_dots(ty).unwrap()(&row, &h[j..j + 1], &l[j..j + 1], &mut one);
+                    assert_eq!(all[j].to_bits(), one[0].to_bits(), "{ty} t={t} token {j}");
+                }
+            }
+        }
+    }
 
     /// The one-pass kernels give the bits of one pass per plane, and the two planes together
     /// come within 2^-15 of each block's amax of the unrounded product.
@@ -184,7 +238,9 @@ mod tests {
                 let mut a = SplitAct::default();
                 a.quantize(&x);
                 let (h, l) = (a.hi.row(), a.lo.row());
-                let got = split_dot(ty).unwrap()(&row, &h, &l);
+                let mut got = [0f32];
+                split_dots(ty).unwrap()(&row, &[h], &[l], &mut got);
+                let got = got[0];
                 assert_eq!(
                     got.to_bits(),
                     (one(&row, &h) + one(&row, &l)).to_bits(),

@@ -7,7 +7,7 @@ use super::act_split::SplitAct;
 use super::f16dot::{dot_f16, has_fast_f16};
 use super::qdot::has_fast_q4_1;
 use super::qdot_k::{dot_q4_k, dot_q5_k, dot_q6_k, has_fast_k_quants, Q8KAct, Q8KRow};
-use super::qdot_split::{split_dot, SplitDot};
+use super::qdot_split::{split_dots, SplitDots};
 use super::repack::Packed;
 use super::{qgemm, OutPtr, QMat};
 use crate::quant::{GgmlType, QK_K};
@@ -18,8 +18,8 @@ use std::ops::Range;
 /// Decode's integer row dot for a weight type: which 8-bit form of x it reads, and the kernel.
 #[derive(Clone, Copy)]
 pub(super) enum RowDot {
-    /// The legacy types against both activation planes (`qdot_split`).
-    Q8_1(SplitDot),
+    /// The legacy types against both activation planes of one token or several (`qdot_split`).
+    Q8_1(SplitDots),
     Q8K(fn(&[u8], &Q8KRow) -> f32),
     /// f16 weights against x rounded to f16 (ggml's F16 `vec_dot_type`).
     F16,
@@ -35,7 +35,7 @@ impl RowDot {
             w.cols.is_multiple_of(QK_K) && has_fast_k_quants(),
         );
         match w.ty {
-            Q4_0 | Q4_1 | Q5_0 | Q5_1 | Q8_0 if q8_1 => split_dot(w.ty).map(Self::Q8_1),
+            Q4_0 | Q4_1 | Q5_0 | Q5_1 | Q8_0 if q8_1 => split_dots(w.ty).map(Self::Q8_1),
             Q4_K if q8k => Some(Self::Q8K(dot_q4_k)),
             Q5_K if q8k => Some(Self::Q8K(dot_q5_k)),
             Q6_K if q8k => Some(Self::Q8K(dot_q6_k)),
@@ -46,7 +46,16 @@ impl RowDot {
 
     fn run(self, row: &[u8], acts: &Acts) -> f32 {
         match self {
-            Self::Q8_1(f) => f(row, &acts.split.hi.row(), &acts.split.lo.row()),
+            Self::Q8_1(f) => {
+                let mut out = [0f32];
+                f(
+                    row,
+                    &[acts.split.hi.row()],
+                    &[acts.split.lo.row()],
+                    &mut out,
+                );
+                out[0]
+            }
             Self::Q8K(f) => f(row, &acts.q8k.row()),
             Self::F16 => dot_f16(row, &acts.f16),
         }
@@ -197,11 +206,14 @@ pub(super) fn int8_many(ws: &[QMat], x: &[f32], t: usize, ys: &mut [&mut [f32]],
             } else if let RowDot::Q8_1(f) = dots.get(i).copied().unwrap_or(RowDot::F16) {
                 // a small batch without the VNNI tiles: each token on decode's row dot
                 let nb = w.cols / 32;
+                let h: Vec<_> = (0..t).map(|j| acts.split.hi.token(j, nb)).collect();
+                let l: Vec<_> = (0..t).map(|j| acts.split.lo.token(j, nb)).collect();
+                let mut ys = vec![0f32; t];
                 for r in r0..r0 + nr {
-                    for j in 0..t {
-                        let (h, l) = (acts.split.hi.token(j, nb), acts.split.lo.token(j, nb));
+                    f(w.row(r), &h, &l, &mut ys);
+                    for (j, y) in ys.iter().enumerate() {
                         // SAFETY: this task alone writes columns r0..r0+nr of this Y (T, N).
-                        unsafe { *out.at(j * w.rows + r) = f(w.row(r), &h, &l) };
+                        unsafe { *out.at(j * w.rows + r) = *y };
                     }
                 }
             } else {
