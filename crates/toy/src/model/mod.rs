@@ -259,7 +259,8 @@ impl Model {
     /// The next token of each of N sequences in one batched pass: `tokens[i]` goes after what
     /// `caches[i]` holds. Returns logits (N, V), row i for sequence i. The weights are
     /// streamed once for all N, which is what makes serving several clients cheap; with the
-    /// interleaved integer kernels the rows have the bits of N separate decode steps.
+    /// interleaved integer kernels (VNNI), or the AVX2 row dots that batches under 64 tokens of
+    /// the legacy types take, the rows have the bits of N separate decode steps.
     pub fn forward_multi<'s>(
         &self,
         scratch: &'s mut State,
