@@ -57,7 +57,7 @@ pub unsafe fn online_avx2<const ROUND: bool>(
     let d = o.len();
     let nv = d / 8;
     let n = k.len() / d;
-    assert!(q.len() >= d && v.len() >= n * d && nv <= MAX_V && d % 8 == 0);
+    assert!(q.len() >= d && v.len() >= n * d && nv <= MAX_V && d.is_multiple_of(8));
     let mut qv = [_mm256_setzero_ps(); MAX_V];
     let mut acc = [_mm256_setzero_ps(); MAX_V];
     for i in 0..nv {

@@ -8,6 +8,7 @@
 
 pub mod act;
 pub mod act_quant;
+#[allow(clippy::needless_range_loop)]
 pub mod act_split;
 pub mod arena;
 // SIMD kernels index several register arrays in step; iterators would hide that.
@@ -32,6 +33,7 @@ pub mod qdot_k;
 #[cfg(test)]
 mod qdot_k_tests;
 pub mod qdot_q5;
+#[allow(clippy::needless_range_loop)]
 pub mod qdot_split;
 #[allow(clippy::needless_range_loop)]
 pub mod qgemm;
@@ -43,6 +45,7 @@ pub mod repack_f16;
 pub mod repack_k;
 pub mod repack_q6k;
 #[cfg(target_arch = "x86_64")]
+#[allow(clippy::needless_range_loop)]
 mod repack_vnni;
 pub mod rope;
 mod rowdot;
