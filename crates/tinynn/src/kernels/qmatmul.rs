@@ -121,11 +121,11 @@ pub fn matmul(w: &QMat, x: &[f32], t: usize, y: &mut [f32]) {
     if w.packed.is_some() {
         return packed_many(&[*w], x, t, &mut [y]);
     }
-    if qgemm::supports(w.ty, k) {
-        return matmul_int8(w, x, t, y);
-    }
     if let Some(dots) = small_batch_dots(&[*w], t) {
         return int8_many(&[*w], x, t, &mut [y], &dots);
+    }
+    if qgemm::supports(w.ty, k) {
+        return matmul_int8(w, x, t, y);
     }
     if k_tiles(w) {
         return k_tiles_many(&[*w], x, t, &mut [y]);
@@ -164,10 +164,10 @@ pub fn matmul_many(ws: &[QMat], x: &[f32], t: usize, ys: &mut [&mut [f32]]) {
         {
             return int8_many(ws, x, t, ys, &dots);
         }
-    } else if ws.iter().all(|w| qgemm::supports(w.ty, w.cols)) {
-        return int8_many(ws, x, t, ys, &[]);
     } else if let Some(dots) = small_batch_dots(ws, t) {
         return int8_many(ws, x, t, ys, &dots);
+    } else if ws.iter().all(|w| qgemm::supports(w.ty, w.cols)) {
+        return int8_many(ws, x, t, ys, &[]);
     } else if ws.iter().all(k_tiles) {
         return k_tiles_many(ws, x, t, ys);
     }
@@ -177,7 +177,7 @@ pub fn matmul_many(ws: &[QMat], x: &[f32], t: usize, ys: &mut [&mut [f32]]) {
 }
 
 /// Decode's row dots for a batch of fewer than `ROW_DOT_BATCH` tokens, when every matrix is
-/// of a legacy type the row dots take (and, as the callers check first, no VNNI tiles).
+/// of a legacy type the row dots take (repacked matrices have their own kernel, checked first).
 fn small_batch_dots(ws: &[QMat], t: usize) -> Option<Vec<RowDot>> {
     if t >= ROW_DOT_BATCH {
         return None;

@@ -156,11 +156,12 @@ fn convert_then<R>(acts: &mut Acts, x: &[f32], forms: Forms, f: impl FnOnce(&Act
     }
 }
 
-/// Batches of fewer than this many tokens of the legacy types take decode's row dots on CPUs
-/// without the VNNI tiles (AVX2): the sequences of a decode step, and prompts and chunks under
-/// 64 tokens, then get the bits of token-by-token decoding whatever they are batched with, so
-/// a seed repeats its sample (prefill's f32 path sums in another order). 64, where ggml's
-/// attention changes regime too (`toy::infer::kv_cache::f16_attention`).
+/// Batches of fewer than this many tokens through legacy-type matrices that are not repacked
+/// (all of them on AVX2) take decode's row dots: the sequences of a decode step, and prompts
+/// and chunks under 64 tokens, then get the bits of token-by-token decoding whatever they are
+/// batched with, so a seed repeats its sample (prefill's f32 path and the VNNI tiles sum in
+/// other orders). 64, where ggml's attention changes regime too
+/// (`toy::infer::kv_cache::f16_attention`).
 pub(super) const ROW_DOT_BATCH: usize = 64;
 
 /// Decode's product: convert x once, then one row dot per output.
@@ -178,7 +179,7 @@ pub(super) fn matvec_int8(w: &QMat, x: &[f32], y: &mut [f32], dot: RowDot) {
 /// Several products of the same X (fused q/k/v, gate/up): X is quantized once (per 8-bit
 /// form), and one parallel loop covers the rows of every matrix, so there is one
 /// synchronisation, not three. With `dots` (one per matrix: decode, or a small batch of the
-/// legacy types on a CPU without the VNNI tiles, under `ROW_DOT_BATCH`) each token takes the row
+/// legacy types, under `ROW_DOT_BATCH`) each token takes the row
 /// dots, so its result does not depend on the batch; without, the tiles.
 pub(super) fn int8_many(ws: &[QMat], x: &[f32], t: usize, ys: &mut [&mut [f32]], dots: &[RowDot]) {
     const CHUNK: usize = 16;
@@ -204,7 +205,7 @@ pub(super) fn int8_many(ws: &[QMat], x: &[f32], t: usize, ys: &mut [&mut [f32]],
                     unsafe { *out.at(r) = dots[i].run(w.row(r), acts) };
                 }
             } else if let RowDot::Q8_1(f) = dots.get(i).copied().unwrap_or(RowDot::F16) {
-                // a small batch without the VNNI tiles: each token on decode's row dot
+                // a small batch: each token on decode's row dot
                 let nb = w.cols / 32;
                 let h: Vec<_> = (0..t).map(|j| acts.split.hi.token(j, nb)).collect();
                 let l: Vec<_> = (0..t).map(|j| acts.split.lo.token(j, nb)).collect();
