@@ -10,10 +10,10 @@ use super::repack::{PackedQ4, TT};
 use super::stream::prefetch_ahead;
 use std::arch::x86_64::*;
 
-/// 16 lanes of Σ w·x over one 32-block for both planes of token block `tb`: `w` holds the
-/// block's 8 vectors of 4 unsigned weight bytes per row (chunk c of `lo_first` order: the
-/// low nibbles' 4 chunks, then the high ones'), `flip` turns signed activations into
-/// `vpdpbusd`'s unsigned operand (Q8_0's signed weights; x + 128 enters, `bias` takes it off).
+/// 16 lanes of Σ w·(128·hi + lo) over one 32-block of token block `tb`, plus `bias` (the
+/// weight offset times the block's sum, for Q4_0 and Q5_0): `w` holds the block's 8 vectors
+/// of 4 unsigned weight bytes per row (elements 4c..4c+4 in vector c, the low nibbles' four
+/// chunks, then the high ones'), against the signed activations of both planes.
 #[inline(always)]
 unsafe fn planes(w: &[__m512i; 8], act: &SplitAct, tb: usize, bias: __m512i) -> __m512i {
     let xh = act.hi.qs.as_ptr().add(tb * 32) as *const i32;
