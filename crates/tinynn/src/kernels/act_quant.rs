@@ -53,7 +53,7 @@ fn round_q8k_blocks(x: &mut [f32]) {
 pub fn round_for(w: GgmlType, x: &mut [f32], k: usize) {
     match vec_dot_type(w) {
         Some(GgmlType::Q8_0 | GgmlType::Q8_1) if k.is_multiple_of(32) => {
-            super::act_split::SplitAct::default().round_in_place(x)
+            super::act_split::round_in_place(x)
         }
         Some(GgmlType::Q8_K) if k.is_multiple_of(QK_K) => round_q8k_blocks(x),
         Some(GgmlType::F16) => x.iter_mut().for_each(|v| *v = f16::from_f32(*v).to_f32()),

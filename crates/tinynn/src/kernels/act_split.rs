@@ -134,15 +134,21 @@ impl SplitAct {
     pub fn value(&self, b: usize, j: usize) -> f32 {
         self.lo.d[b] * (128 * self.hi.qs[b * 32 + j] as i32 + self.lo.qs[b * 32 + j] as i32) as f32
     }
+}
 
-    /// Round `x` in place onto the values the two planes represent (for the products that
-    /// dequantize weights and multiply in f32: the same activations as the integer kernels).
-    pub fn round_in_place(&mut self, x: &mut [f32]) {
-        self.quantize(x);
-        for (b, blk) in x.chunks_exact_mut(32).enumerate() {
-            for (j, v) in blk.iter_mut().enumerate() {
-                *v = self.value(b, j);
-            }
+/// Round `x` (whole 32-blocks) in place onto the values the two planes represent, as
+/// `SplitAct::value` gives them, without keeping the planes: the products that dequantize
+/// weights and multiply in f32 then see the integer kernels' activations.
+pub fn round_in_place(x: &mut [f32]) {
+    for blk in x.chunks_exact_mut(32) {
+        let amax = blk.iter().fold(0f32, |m, v| m.max(v.abs()));
+        let id = if amax != 0.0 { 127.0 / amax } else { 0.0 };
+        let unit = amax / (127.0 * 128.0);
+        for v in blk.iter_mut() {
+            let y = *v * id;
+            let h = rne(y);
+            let l = rne((y - h) * 128.0);
+            *v = unit * (128 * h as i32 + l as i32) as f32;
         }
     }
 }

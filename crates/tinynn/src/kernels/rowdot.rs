@@ -1,7 +1,8 @@
 //! Decode's integer row dots, chosen per weight type (`qdot`, `qdot_q5`, `qdot_k`), and the
 //! shared driver of the integer products: x quantized once to the 8-bit form the weight type
-//! reads (two planes for the legacy types, `act_split`; Q8_K for the k-quants), then one parallel loop over the rows of one or several
-//! matrices (fused q/k/v, gate/up), with `qgemm`'s tiles for prefill.
+//! reads (two planes for the legacy types, `act_split`; Q8_K for the k-quants), then one
+//! parallel loop over the rows of one or several matrices (fused q/k/v, gate/up), with
+//! `qgemm`'s tiles for prefill.
 
 use super::act_split::SplitAct;
 use super::f16dot::{dot_f16, has_fast_f16};
@@ -179,8 +180,8 @@ pub(super) fn matvec_int8(w: &QMat, x: &[f32], y: &mut [f32], dot: RowDot) {
 /// Several products of the same X (fused q/k/v, gate/up): X is quantized once (per 8-bit
 /// form), and one parallel loop covers the rows of every matrix, so there is one
 /// synchronisation, not three. With `dots` (one per matrix: decode, or a small batch of the
-/// legacy types, under `ROW_DOT_BATCH`) each token takes the row
-/// dots, so its result does not depend on the batch; without, the tiles.
+/// legacy types, under `ROW_DOT_BATCH`) each token takes the row dots, so its result does not
+/// depend on the batch; without, the tiles.
 pub(super) fn int8_many(ws: &[QMat], x: &[f32], t: usize, ys: &mut [&mut [f32]], dots: &[RowDot]) {
     const CHUNK: usize = 16;
     // prefill's tiles read the two planes
@@ -191,6 +192,15 @@ pub(super) fn int8_many(ws: &[QMat], x: &[f32], t: usize, ys: &mut [&mut [f32]],
     };
     with_acts(x, Forms::of(dots).with(tiles), |acts| {
         let outs: Vec<OutPtr> = ys.iter_mut().map(|y| OutPtr(y.as_mut_ptr())).collect();
+        // each token's two planes, for a small batch on the row dots (X is (T, K) for all ws)
+        let nb = x.len() / t.max(1) / 32;
+        let (h, l): (Vec<_>, Vec<_>) = if t > 1 && !dots.is_empty() {
+            (0..t)
+                .map(|j| (acts.split.hi.token(j, nb), acts.split.lo.token(j, nb)))
+                .unzip()
+        } else {
+            (Vec::new(), Vec::new())
+        };
         let tasks: Vec<(usize, usize)> = ws
             .iter()
             .enumerate()
@@ -205,13 +215,11 @@ pub(super) fn int8_many(ws: &[QMat], x: &[f32], t: usize, ys: &mut [&mut [f32]],
                     unsafe { *out.at(r) = dots[i].run(w.row(r), acts) };
                 }
             } else if let RowDot::Q8_1(f) = dots.get(i).copied().unwrap_or(RowDot::F16) {
-                // a small batch: each token on decode's row dot
-                let nb = w.cols / 32;
-                let h: Vec<_> = (0..t).map(|j| acts.split.hi.token(j, nb)).collect();
-                let l: Vec<_> = (0..t).map(|j| acts.split.lo.token(j, nb)).collect();
-                let mut ys = vec![0f32; t];
+                // a small batch (t < ROW_DOT_BATCH): each token on decode's row dot
+                let mut ys = [0f32; ROW_DOT_BATCH];
+                let ys = &mut ys[..t];
                 for r in r0..r0 + nr {
-                    f(w.row(r), &h, &l, &mut ys);
+                    f(w.row(r), &h, &l, ys);
                     for (j, y) in ys.iter().enumerate() {
                         // SAFETY: this task alone writes columns r0..r0+nr of this Y (T, N).
                         unsafe { *out.at(j * w.rows + r) = *y };
