@@ -83,6 +83,7 @@ class Vit(nn.Module):
         self.blocks = nn.ModuleList(Block(c, v["heads"], v["mlp"]) for _ in range(v["depth"]))
         self.norm = nn.LayerNorm(c, eps=1e-6)
         self.head = nn.Linear(c, v["classes"])
+        self.pool = v.get("pool", "cls")
 
     def forward(self, x, y, smoothing):
         # (B, Ch, H, W) -> (B, N, C), CLS first, positions added
@@ -90,7 +91,8 @@ class Vit(nn.Module):
         x = torch.cat([self.cls.expand(x.shape[0], -1, -1), x], dim=1) + self.pos
         for blk in self.blocks:
             x = blk(x)
-        logits = self.head(self.norm(x[:, 0]))
+        # the CLS row, or (pool = "mean") the patch rows' mean
+        logits = self.head(self.norm(x[:, 0] if self.pool == "cls" else x[:, 1:].mean(dim=1)))
         return F.cross_entropy(logits, y, label_smoothing=smoothing)
 
 

@@ -62,7 +62,7 @@ fn run_vit(a: &Args, path: &std::path::Path) -> Result<()> {
     };
     let c = &recipe.vit;
     eprintln!(
-        "run {} (ViT {}x{} patch {}, width {}, {} blocks, {} heads, {:.2}M parameters; {} steps of {} images){}",
+        "run {} (ViT {}x{} patch {}, width {}, {} blocks, {} heads, {} pooling, {:.2}M parameters; {} steps of {} images){}",
         run.display(),
         c.image,
         c.image,
@@ -70,6 +70,7 @@ fn run_vit(a: &Args, path: &std::path::Path) -> Result<()> {
         c.width,
         c.depth,
         c.heads,
+        c.pool.name(),
         c.n_params() as f64 / 1e6,
         recipe.train.steps,
         recipe.train.batch,

@@ -6,7 +6,7 @@
 use toy::images::{shard, ImageSet};
 use toy::vision::checkpoint::VitCheckpoint;
 use toy::vision::train::{evaluate, train, VitHooks, VitRecipe};
-use toy::vision::vit::{Vit, VitActs};
+use toy::vision::vit::{Pool, Vit, VitActs};
 
 fn quadrants(n: usize, seed: u64) -> ImageSet {
     use rand::{Rng, SeedableRng};
@@ -72,7 +72,9 @@ fn a_vit_learns_logs_and_checkpoints_what_it_learned() {
         "test",
     )
     .unwrap();
-    let r = recipe(&data, 100, 3e-3);
+    // the head reads the patch rows' mean here (the resume test below keeps the CLS row)
+    let mut r = recipe(&data, 100, 3e-3);
+    r.vit.pool = Pool::Mean;
     let run = root.join("run");
     let mut seen = Vec::new();
     let out = train(&r, &run, &VitHooks::default(), |e| seen.push(e.clone())).unwrap();
@@ -93,6 +95,7 @@ fn a_vit_learns_logs_and_checkpoints_what_it_learned() {
     // the checkpoint gives the trainer's logits, bit for bit
     let ck = VitCheckpoint::open(&out.checkpoint).unwrap();
     assert_eq!(ck.classes, train_set.classes);
+    assert_eq!(ck.cfg, r.vit, "the shape and pooling read back");
     assert_eq!(ck.params, out.params);
     let vit = Vit::new(ck.cfg.clone());
     let (acc, _, _) = evaluate(&vit, &ck.params, &test, &ck.batch_spec());

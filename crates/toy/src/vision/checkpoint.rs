@@ -3,7 +3,7 @@
 //! the shape; errors name the key or tensor that is missing or wrong.
 
 use super::batch::BatchSpec;
-use super::vit::VitConfig;
+use super::vit::{Pool, VitConfig};
 use crate::gguf::GgufFile;
 use std::path::Path;
 
@@ -47,6 +47,16 @@ impl VitCheckpoint {
                 .unwrap_or_default()
         };
         let classes = strings("vit.classes");
+        // absent in checkpoints from before pooling was a choice: the CLS row
+        let pool = match f.get("vit.pooling").and_then(|v| v.as_str()) {
+            None => Pool::Cls,
+            Some(s) => Pool::parse(s).ok_or_else(|| {
+                format!(
+                    "{}: vit.pooling is {s:?}, expected \"cls\" or \"mean\"",
+                    path.display()
+                )
+            })?,
+        };
         let cfg = VitConfig {
             image: key("image_size")?,
             patch: key("patch_size")?,
@@ -56,6 +66,7 @@ impl VitCheckpoint {
             depth: key("block_count")?,
             heads: key("attention.head_count")?,
             mlp: key("feed_forward_length")?,
+            pool,
         };
         cfg.check()
             .map_err(|e| format!("{}: {e}", path.display()))?;

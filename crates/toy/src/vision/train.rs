@@ -64,6 +64,7 @@ pub fn save(path: &Path, r: &VitRecipe, classes: &[String], p: &[f32]) -> Result
     ] {
         w.add_metadata(format!("vit.{k}"), Value::U32(v as u32));
     }
+    w.add_metadata("vit.pooling", Value::String(c.pool.name().into()));
     let names = classes.iter().map(|s| Value::String(s.clone())).collect();
     w.add_metadata(
         "vit.classes",

@@ -2,7 +2,9 @@
 //! cut into P x P patches, each a row of P*P*Ch pixels projected to width C (the strided
 //! convolution as a matmul over unfolded patches), a learned CLS token first and learned
 //! positions added, pre-LN encoder blocks (`tinynn::layers::encoder`), a final LayerNorm of
-//! the CLS row and a linear head. Forward and backward side by side.
+//! the CLS row (or, with `pool = "mean"`, of the patch rows' mean: timm's `global_pool='avg'`
+//! with `fc_norm`, as Beyer et al. 2022 "Better plain ViT baselines") and a linear head.
+//! Forward and backward side by side.
 //!
 //! Shapes: images (B, H, W, Ch) f32; patches (B*N, P*P*Ch), N = (H/P)(W/P); tokens (B*T, C),
 //! T = N + 1; logits (B, K).
@@ -22,6 +24,36 @@ pub struct VitConfig {
     pub depth: usize,
     pub heads: usize,
     pub mlp: usize,
+    /// What the head reads: the CLS row (default) or the mean of the patch rows.
+    #[serde(default)]
+    pub pool: Pool,
+}
+
+/// The row the final LayerNorm and the head read.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Pool {
+    #[default]
+    Cls,
+    /// The mean over the patch tokens (the CLS row excluded).
+    Mean,
+}
+
+impl Pool {
+    pub fn name(self) -> &'static str {
+        match self {
+            Pool::Cls => "cls",
+            Pool::Mean => "mean",
+        }
+    }
+
+    pub fn parse(s: &str) -> Option<Self> {
+        match s {
+            "cls" => Some(Pool::Cls),
+            "mean" => Some(Pool::Mean),
+            _ => None,
+        }
+    }
 }
 
 impl VitConfig {
@@ -190,6 +222,43 @@ fn unfold(cfg: &VitConfig, images: &[f32], b: usize, out: &mut Vec<f32>) {
     }
 }
 
+/// Tokens (B, T, C) -> the rows the head reads (B, C): row 0, or the mean of rows 1..T.
+fn pool_rows(pool: Pool, x: &[f32], b: usize, t: usize, c: usize, out: &mut Vec<f32>) {
+    out.clear();
+    for img in x[..b * t * c].chunks_exact(t * c) {
+        match pool {
+            Pool::Cls => out.extend_from_slice(&img[..c]),
+            Pool::Mean => {
+                let at = out.len();
+                out.resize(at + c, 0.0);
+                for row in img[c..].chunks_exact(c) {
+                    out[at..].iter_mut().zip(row).for_each(|(o, v)| *o += v);
+                }
+                let inv = 1.0 / (t - 1) as f32;
+                out[at..].iter_mut().for_each(|o| *o *= inv);
+            }
+        }
+    }
+}
+
+/// The backward of [`pool_rows`]: `d` (B, C) into `dx` (B, T, C), which holds zeros.
+fn pool_rows_backward(pool: Pool, d: &[f32], b: usize, t: usize, c: usize, dx: &mut [f32]) {
+    for (img, g) in dx[..b * t * c]
+        .chunks_exact_mut(t * c)
+        .zip(d.chunks_exact(c))
+    {
+        match pool {
+            Pool::Cls => img[..c].copy_from_slice(g),
+            Pool::Mean => {
+                let inv = 1.0 / (t - 1) as f32;
+                for row in img[c..].chunks_exact_mut(c) {
+                    row.iter_mut().zip(g).for_each(|(o, v)| *o = v * inv);
+                }
+            }
+        }
+    }
+}
+
 pub struct Vit {
     pub cfg: VitConfig,
 }
@@ -232,11 +301,8 @@ impl Vit {
             blk.forward(bp, &x, &mut y, &mut a.blocks[l], b, t);
             a.tokens.push(std::mem::replace(&mut x, y));
         }
-        // the CLS rows: LayerNorm, head
-        a.cls_in.clear();
-        for bi in 0..b {
-            a.cls_in.extend_from_slice(&x[bi * t * c..bi * t * c + c]);
-        }
+        // the CLS rows (or the patch rows' means): LayerNorm, head
+        pool_rows(cfg.pool, &x, b, t, c, &mut a.cls_in);
         a.cls_out.resize(b * c, 0.0);
         a.mean.resize(b, 0.0);
         a.rstd.resize(b, 0.0);
@@ -297,9 +363,7 @@ impl Vit {
             );
         }
         let mut dx = vec![0.0; b * t * c];
-        for bi in 0..b {
-            dx[bi * t * c..bi * t * c + c].copy_from_slice(&dcls_in[bi * c..(bi + 1) * c]);
-        }
+        pool_rows_backward(cfg.pool, &dcls_in, b, t, c, &mut dx);
         let blk = cfg.block();
         for l in (0..cfg.depth).rev() {
             let range = o.blocks + l * o.block_len..o.blocks + (l + 1) * o.block_len;
@@ -377,6 +441,7 @@ mod tests {
             depth: 2,
             heads: 2,
             mlp: 12,
+            pool: Pool::Cls,
         }
     }
 
@@ -396,7 +461,12 @@ mod tests {
     /// CLS and positions, the blocks (non-causal attention), the final norm and the head.
     #[test]
     fn vit_gradients_match_finite_differences_and_reach_every_parameter() {
-        let cfg = tiny();
+        for pool in [Pool::Cls, Pool::Mean] {
+            gradients_match(VitConfig { pool, ..tiny() });
+        }
+    }
+
+    fn gradients_match(cfg: VitConfig) {
         let vit = Vit::new(cfg.clone());
         // larger weights than the init so every path carries signal
         let p: Vec<f32> = init(&cfg, 1)
@@ -429,13 +499,31 @@ mod tests {
                 let err = (num - dp[i] as f64).abs() / scale;
                 assert!(
                     err < 5e-3,
-                    "{name}[{}]: {} vs {num} (err {err:.1e})",
+                    "{name}[{}] ({:?}): {} vs {num} (err {err:.1e})",
                     i - off,
+                    cfg.pool,
                     dp[i]
                 );
             }
             off += n;
         }
+    }
+
+    #[test]
+    fn mean_pooling_averages_the_patch_rows_only() {
+        // two images of T = 3 tokens, C = 2: row 0 is CLS
+        let x = [9.0, 9.0, 1.0, 2.0, 3.0, 6.0, -9.0, -9.0, 0.0, 0.0, 4.0, 2.0];
+        let mut out = Vec::new();
+        pool_rows(Pool::Mean, &x, 2, 3, 2, &mut out);
+        assert_eq!(out, [2.0, 4.0, 2.0, 1.0]);
+        pool_rows(Pool::Cls, &x, 2, 3, 2, &mut out);
+        assert_eq!(out, [9.0, 9.0, -9.0, -9.0]);
+        let mut dx = vec![0.0; 12];
+        pool_rows_backward(Pool::Mean, &[2.0, 4.0, 6.0, 8.0], 2, 3, 2, &mut dx);
+        assert_eq!(
+            dx,
+            [0.0, 0.0, 1.0, 2.0, 1.0, 2.0, 0.0, 0.0, 3.0, 4.0, 3.0, 4.0]
+        );
     }
 
     #[test]
