@@ -71,13 +71,9 @@ impl SplitAct {
     /// The portable quantizer (the reference the SIMD one must equal); buffers must be sized.
     pub fn quantize_ref(&mut self, x: &[f32]) {
         for (b, blk) in x.chunks_exact(32).enumerate() {
-            let amax = blk.iter().fold(0f32, |m, v| m.max(v.abs()));
-            let id = if amax != 0.0 { 127.0 / amax } else { 0.0 };
+            let (amax, planes) = split_block(blk);
             let (mut sh, mut sl) = (0i32, 0i32);
-            for (j, v) in blk.iter().enumerate() {
-                let y = v * id;
-                let h = rne(y);
-                let l = rne((y - h) * 128.0);
+            for (j, (h, l)) in planes.enumerate() {
                 self.hi.qs[b * 32 + j] = h as i8;
                 self.lo.qs[b * 32 + j] = l as i8;
                 (sh, sl) = (sh + h as i32, sl + l as i32);
@@ -141,16 +137,29 @@ impl SplitAct {
 /// weights and multiply in f32 then see the integer kernels' activations.
 pub fn round_in_place(x: &mut [f32]) {
     for blk in x.chunks_exact_mut(32) {
-        let amax = blk.iter().fold(0f32, |m, v| m.max(v.abs()));
-        let id = if amax != 0.0 { 127.0 / amax } else { 0.0 };
+        let (amax, planes) = split_block(blk);
         let unit = amax / (127.0 * 128.0);
-        for v in blk.iter_mut() {
-            let y = *v * id;
-            let h = rne(y);
-            let l = rne((y - h) * 128.0);
+        // the planes borrow the block: read them all before writing it
+        let mut q = [(0f32, 0f32); 32];
+        q.iter_mut().zip(planes).for_each(|(d, p)| *d = p);
+        for (v, (h, l)) in blk.iter_mut().zip(q) {
             *v = unit * (128 * h as i32 + l as i32) as f32;
         }
     }
+}
+
+/// One 32-block's absolute maximum and each element's (hi, lo) plane values, rounded to
+/// nearest even: hi = rne(x·127/amax), lo = rne((x·127/amax - hi)·128). The one definition
+/// of the rounding that `quantize_ref` stores and `round_in_place` multiplies back.
+fn split_block(blk: &[f32]) -> (f32, impl Iterator<Item = (f32, f32)> + '_) {
+    let amax = blk.iter().fold(0f32, |m, v| m.max(v.abs()));
+    let id = if amax != 0.0 { 127.0 / amax } else { 0.0 };
+    let planes = blk.iter().map(move |v| {
+        let y = v * id;
+        let h = rne(y);
+        (h, rne((y - h) * 128.0))
+    });
+    (amax, planes)
 }
 
 #[cfg(test)]
@@ -194,6 +203,18 @@ mod tests {
                 sum += a.value(b, j) as f64;
             }
             assert!((a.s[b] as f64 - sum).abs() <= 1e-4 * (1.0 + sum.abs()));
+        }
+    }
+
+    #[test]
+    fn rounding_in_place_gives_the_values_the_planes_hold() {
+        let mut x = crate::kernels::test_data(32 * 8, 5);
+        x[40..72].fill(0.0);
+        let mut a = SplitAct::default();
+        a.quantize(&x);
+        round_in_place(&mut x);
+        for (i, v) in x.iter().enumerate() {
+            assert_eq!(*v, a.value(i / 32, i % 32), "element {i}");
         }
     }
 }
