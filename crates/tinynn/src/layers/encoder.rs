@@ -39,6 +39,11 @@ pub struct EncoderActs {
 
 const EPS: f32 = 1e-6;
 
+thread_local! {
+    /// The backward's gradient buffers, kept between calls.
+    static BWD: std::cell::RefCell<Vec<f32>> = const { std::cell::RefCell::new(Vec::new()) };
+}
+
 impl EncoderBlock {
     /// Parameter names, in their order in the slice.
     pub const PARAMS: [&'static str; 12] = [
@@ -166,36 +171,28 @@ impl EncoderBlock {
         let [dl1w, dl1b, dwqkv, dbqkv, dwo, dbo, dl2w, dl2b, dw1, db1, dw2, db2] =
             self.split_mut(dp);
         let ln = LayerNorm::new(c, EPS);
-        // y = x2 + fc2(gelu(fc1(ln2(x2)))): dx2 = dy + ...
-        let mut dx2 = dy[..n * c].to_vec();
-        let mut dg = vec![0.0; n * f];
-        Linear::new(f, c).backward(dy, &a.g, w2, Some(&mut dg), false, dw2, Some(db2), n);
-        let mut du = vec![0.0; n * f];
-        gelu_backward(&dg, &a.u, &mut du);
-        let mut dh2 = vec![0.0; n * c];
-        Linear::new(c, f).backward(&du, &a.h2, w1, Some(&mut dh2), false, dw1, Some(db1), n);
-        ln.backward(
-            &dh2, &a.x2, l2w, 1.0, &a.mean2, &a.rstd2, &mut dx2, dl2w, dl2b, n,
-        );
-        // x2 = x + proj(attn(qkv(ln1(x)))): dx = dx2 + ...
-        dx[..n * c].copy_from_slice(&dx2);
-        let mut datt = vec![0.0; n * c];
-        Linear::new(c, c).backward(&dx2, &a.att, wo, Some(&mut datt), false, dwo, Some(dbo), n);
-        let mut dqkv = vec![0.0; n * 3 * c];
-        self.attention()
-            .backward(&datt, &a.qkv, &a.att, &a.lse, &mut dqkv, b, t);
-        let mut dh1 = vec![0.0; n * c];
-        Linear::new(c, 3 * c).backward(
-            &dqkv,
-            &a.h1,
-            wqkv,
-            Some(&mut dh1),
-            false,
-            dwqkv,
-            Some(dbqkv),
-            n,
-        );
-        ln.backward(&dh1, &a.x, l1w, 1.0, &a.mean1, &a.rstd1, dx, dl1w, dl1b, n);
+        // every buffer below is overwritten before it is read: one per-thread scratch
+        let dx = &mut dx[..n * c];
+        crate::kernels::with_scratch(&BWD, n * (6 * c + 2 * f), |buf| {
+            let (dg, buf) = buf.split_at_mut(n * f);
+            let (du, buf) = buf.split_at_mut(n * f);
+            let (dh2, buf) = buf.split_at_mut(n * c);
+            let (datt, buf) = buf.split_at_mut(n * c);
+            let (dqkv, dh1) = buf.split_at_mut(n * 3 * c);
+            // y = x2 + fc2(gelu(fc1(ln2(x2)))): dx2 = dy + ..., held in dx
+            dx.copy_from_slice(&dy[..n * c]);
+            Linear::new(f, c).backward(dy, &a.g, w2, Some(dg), false, dw2, Some(db2), n);
+            gelu_backward(dg, &a.u, du);
+            Linear::new(c, f).backward(du, &a.h2, w1, Some(dh2), false, dw1, Some(db1), n);
+            ln.backward(dh2, &a.x2, l2w, 1.0, &a.mean2, &a.rstd2, dx, dl2w, dl2b, n);
+            // x2 = x + proj(attn(qkv(ln1(x)))): dx = dx2 + ...
+            Linear::new(c, c).backward(dx, &a.att, wo, Some(datt), false, dwo, Some(dbo), n);
+            self.attention()
+                .backward(datt, &a.qkv, &a.att, &a.lse, dqkv, b, t);
+            let qkv = Linear::new(c, 3 * c);
+            qkv.backward(dqkv, &a.h1, wqkv, Some(dh1), false, dwqkv, Some(dbqkv), n);
+            ln.backward(dh1, &a.x, l1w, 1.0, &a.mean1, &a.rstd1, dx, dl1w, dl1b, n);
+        })
     }
 }
 

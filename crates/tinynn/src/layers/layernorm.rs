@@ -12,15 +12,63 @@ pub struct LayerNorm {
     pub eps: f32,
 }
 
+/// The sum of `f(x_i)` over 16 independent lanes, added in a fixed tree (a vector loop where
+/// one running sum would wait on every add).
+#[inline(always)]
+fn sum16(x: &[f32], f: impl Fn(f32) -> f32) -> f32 {
+    let mut acc = [0f32; 16];
+    let ch = x.chunks_exact(16);
+    let mut s = 0f32;
+    for v in ch.remainder() {
+        s += f(*v);
+    }
+    for xs in ch {
+        for i in 0..16 {
+            acc[i] += f(xs[i]);
+        }
+    }
+    s + tree16(acc)
+}
+
+/// `(sum u_i, sum u_i (x_i - mu))` with `u = g w`, over 16 lanes as [`sum16`].
+#[inline(always)]
+fn sums16(g: &[f32], w: &[f32], x: &[f32], mu: f32) -> (f32, f32) {
+    let (mut a, mut b) = ([0f32; 16], [0f32; 16]);
+    let (cg, cw, cx) = (g.chunks_exact(16), w.chunks_exact(16), x.chunks_exact(16));
+    let (mut sa, mut sb) = (0f32, 0f32);
+    for ((gi, wi), xi) in cg
+        .remainder()
+        .iter()
+        .zip(cw.remainder())
+        .zip(cx.remainder())
+    {
+        sa += gi * wi;
+        sb += gi * wi * (xi - mu);
+    }
+    for ((gs, ws), xs) in cg.zip(cw).zip(cx) {
+        for i in 0..16 {
+            let u = gs[i] * ws[i];
+            a[i] += u;
+            b[i] += u * (xs[i] - mu);
+        }
+    }
+    (sa + tree16(a), sb + tree16(b))
+}
+
+#[inline(always)]
+fn tree16(mut acc: [f32; 16]) -> f32 {
+    for i in 0..8 {
+        acc[i] += acc[i + 8];
+    }
+    ((acc[0] + acc[4]) + (acc[1] + acc[5])) + ((acc[2] + acc[6]) + (acc[3] + acc[7]))
+}
+
 multiversion! {
     fn forward_rows(x: &[f32], w: &[f32], b: &[f32], scale: f32, eps: f32, out: &mut [f32], mean: &mut [f32], rstd: &mut [f32]) {
         let c = w.len();
         for (((xr, or), m), r) in x.chunks_exact(c).zip(out.chunks_exact_mut(c)).zip(mean.iter_mut()).zip(rstd.iter_mut()) {
-            let mu = xr.iter().sum::<f32>() / c as f32;
-            let mut var = 0f32;
-            for v in xr {
-                var += (v - mu) * (v - mu);
-            }
+            let mu = sum16(xr, |v| v) / c as f32;
+            let var = sum16(xr, |v| (v - mu) * (v - mu));
             let rs = 1.0 / (var / c as f32 + eps).sqrt();
             (*m, *r) = (mu, rs);
             for i in 0..c {
@@ -36,12 +84,7 @@ multiversion! {
         let rows = dy.chunks_exact(c).zip(x.chunks_exact(c)).zip(mean.iter().zip(rstd)).zip(dx.chunks_exact_mut(c));
         for (((g, xr), (mu, r)), d) in rows {
             // with u = dy * w * scale and xhat = (x - mean) r: dx = r (u - mean(u) - xhat mean(u xhat))
-            let (mut su, mut sux) = (0f32, 0f32);
-            for i in 0..c {
-                let u = g[i] * w[i];
-                su += u;
-                sux += u * (xr[i] - mu);
-            }
+            let (su, sux) = sums16(g, w, xr, *mu);
             let mu_u = su * scale / c as f32;
             let mu_ux = sux * scale * r / c as f32;
             for i in 0..c {
