@@ -2,9 +2,11 @@
 //! against all the keys they may see, with the score block S = Q K^T and the products
 //! P V, dO V^T, dS K, dS^T Q, P^T dO on the `gemm` crate (one thread each: the heads already
 //! run in parallel). Scores live in a per-thread scratch of QB x T floats, grown once.
+//! Short bidirectional sequences go to `attention_small` instead.
 //! Shapes as in `attention`: qkv rows of S, out rows of H*D, D head size.
 
 use super::act::{exp_approx, exp_sum16, max16};
+use super::attention_small::{head_backward_small, head_forward_small, takes};
 use super::matmul::{gemm_strided, Parallelism};
 use super::rmsnorm::dot16;
 use super::{multiversion, SendPtr};
@@ -122,7 +124,16 @@ impl HeadJob {
     }
 }
 
+/// One (sequence, query head) forward: the short bidirectional kernels or the tiles.
 pub(crate) fn head_forward(qkv: &[f32], job: HeadJob, out: SendPtr, lse: &mut [f32]) {
+    if takes(&job) {
+        head_forward_small(qkv, job, out, lse)
+    } else {
+        head_forward_tiled(qkv, job, out, lse)
+    }
+}
+
+pub(crate) fn head_forward_tiled(qkv: &[f32], job: HeadJob, out: SendPtr, lse: &mut [f32]) {
     let HeadJob {
         stride,
         v,
@@ -170,6 +181,21 @@ pub(crate) fn head_forward(qkv: &[f32], job: HeadJob, out: SendPtr, lse: &mut [f
 /// The gradient of one (sequence, query head) into dqkv (same layout as qkv, written through
 /// `dqkv`): sets this head's dq, adds into its kv head's dk and dv.
 pub(crate) fn head_backward(
+    dout: &[f32],
+    qkv: &[f32],
+    out: &[f32],
+    lse: &[f32],
+    job: HeadJob,
+    dqkv: SendPtr,
+) {
+    if takes(&job) {
+        head_backward_small(dout, qkv, out, lse, job, dqkv)
+    } else {
+        head_backward_tiled(dout, qkv, out, lse, job, dqkv)
+    }
+}
+
+pub(crate) fn head_backward_tiled(
     dout: &[f32],
     qkv: &[f32],
     out: &[f32],

@@ -10,6 +10,7 @@
 
 pub mod act;
 pub mod attention;
+mod attention_small;
 mod attention_tiles;
 pub mod cross_entropy;
 pub mod dropout;
