@@ -38,13 +38,18 @@ fn image(
         }
         flip = s.flip && r.random::<bool>();
     }
-    // bilinear sample of channel ch at output pixel (y, x), zero outside (the padding)
+    // bilinear sample of channel ch at output pixel (y, x), zero outside (the padding); at
+    // the stored size the sample is the pixel itself
+    let same = n == h && n == w;
     let sample = |y: usize, x: usize, ch: usize| -> f32 {
         let (yy, xx) = (y as isize + oy, x as isize + ox);
         if yy < 0 || xx < 0 || yy >= n as isize || xx >= n as isize {
             return 0.0;
         }
         let xx = if flip { n as isize - 1 - xx } else { xx };
+        if same {
+            return src[(yy as usize * w + xx as usize) * c + ch.min(c - 1)] as f32 / 255.0;
+        }
         let fy = ((yy as f32 + 0.5) * h as f32 / n as f32 - 0.5).clamp(0.0, (h - 1) as f32);
         let fx = ((xx as f32 + 0.5) * w as f32 / n as f32 - 0.5).clamp(0.0, (w - 1) as f32);
         let (y0, x0) = (fy as usize, fx as usize);

@@ -6,5 +6,6 @@ pub mod checkpoint;
 pub mod confusion_plot;
 pub mod eval;
 pub mod recipe;
+pub mod shards;
 pub mod train;
 pub mod vit;

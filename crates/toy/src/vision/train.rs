@@ -6,7 +6,8 @@
 
 use super::batch::{batch, BatchSpec};
 pub use super::recipe::{is_vit_recipe, VitRecipe};
-use super::vit::{init, smoothed_loss, Vit, VitActs, VitConfig};
+use super::shards::ShardedStep;
+use super::vit::{init, smoothed_loss, Vit, VitConfig};
 use crate::gguf::{GgufWriter, Value};
 use crate::images::{shard, ImageSet};
 use crate::infer::sampler::argmax;
@@ -286,16 +287,15 @@ pub fn train(
                 }
             }
         });
-        let mut a = VitActs::default();
+        let mut step_run = ShardedStep::default();
         let mut grads = vec![0.0; p.len()];
         for step in first..last_step {
             let (x, y) = rx
                 .recv()
                 .map_err(|_| "the batch thread stopped".to_string())?;
             let ts = std::time::Instant::now();
-            vit.forward(&p, &x, y.len(), &mut a);
-            let mut dl = a.logits.clone();
-            let loss = smoothed_loss(&mut dl, &y, r.vit.classes, t.label_smoothing);
+            grads.fill(0.0);
+            let loss = step_run.run(&vit, &p, &x, &y, t.label_smoothing, &mut grads);
             if !loss.is_finite() {
                 emit(Event::RunEnd {
                     step,
@@ -303,8 +303,6 @@ pub fn train(
                 })?;
                 return Err(format!("the loss became {loss} at step {}", step + 1));
             }
-            grads.fill(0.0);
-            vit.backward(&p, &a, &dl, &mut grads, y.len());
             let grad_norm = tinynn::optim::grad_norm(&grads);
             let lr = lr_at(step, t.warmup, t.steps, t.lr, t.min_lr);
             opt.step(&mut p, &grads, lr, &decay);

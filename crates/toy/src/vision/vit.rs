@@ -194,7 +194,6 @@ pub fn init(cfg: &VitConfig, seed: u64) -> Vec<f32> {
 #[derive(Default)]
 pub struct VitActs {
     patches: Vec<f32>,
-    tokens: Vec<Vec<f32>>,
     blocks: Vec<EncoderActs>,
     cls_in: Vec<f32>,
     cls_out: Vec<f32>,
@@ -294,12 +293,12 @@ impl Vit {
         }
         let blk = cfg.block();
         a.blocks.resize_with(cfg.depth, EncoderActs::default);
-        a.tokens.clear();
+        // each block keeps its input in its acts; two buffers carry the stream
+        let mut y = vec![0.0; b * t * c];
         for l in 0..cfg.depth {
             let bp = &p[o.blocks + l * o.block_len..o.blocks + (l + 1) * o.block_len];
-            let mut y = vec![0.0; b * t * c];
             blk.forward(bp, &x, &mut y, &mut a.blocks[l], b, t);
-            a.tokens.push(std::mem::replace(&mut x, y));
+            std::mem::swap(&mut x, &mut y);
         }
         // the CLS rows (or the patch rows' means): LayerNorm, head
         pool_rows(cfg.pool, &x, b, t, c, &mut a.cls_in);
@@ -365,9 +364,9 @@ impl Vit {
         let mut dx = vec![0.0; b * t * c];
         pool_rows_backward(cfg.pool, &dcls_in, b, t, c, &mut dx);
         let blk = cfg.block();
+        let mut dxin = vec![0.0; b * t * c];
         for l in (0..cfg.depth).rev() {
             let range = o.blocks + l * o.block_len..o.blocks + (l + 1) * o.block_len;
-            let mut dxin = vec![0.0; b * t * c];
             blk.backward(
                 &p[range.clone()],
                 &a.blocks[l],
@@ -377,7 +376,7 @@ impl Vit {
                 b,
                 t,
             );
-            dx = dxin;
+            std::mem::swap(&mut dx, &mut dxin);
         }
         // positions and CLS: summed over the batch; patch rows into the projection
         let mut demb = vec![0.0; b * n * c];
