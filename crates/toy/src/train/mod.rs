@@ -14,6 +14,7 @@ mod hybrid_lora;
 mod hybrid_params;
 mod lin;
 mod model;
+pub(crate) use model::add_and_clear;
 mod params;
 mod pca;
 mod shard;

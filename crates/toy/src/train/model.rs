@@ -440,8 +440,8 @@ fn trained(targets: &[u32]) -> usize {
     targets.iter().filter(|&&t| t != IGNORE).count().max(1)
 }
 
-/// `a += b; b = 0`, in parallel chunks.
-fn add_and_clear(a: &mut [f32], b: &mut [f32]) {
+/// `a += b; b = 0`, in parallel chunks (a second shard's gradient into the first's).
+pub(crate) fn add_and_clear(a: &mut [f32], b: &mut [f32]) {
     use rayon::prelude::*;
     const CHUNK: usize = 1 << 15;
     a.par_chunks_mut(CHUNK)

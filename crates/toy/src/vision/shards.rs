@@ -7,6 +7,7 @@
 //! number of threads.
 
 use super::vit::{smoothed_loss, Vit, VitActs};
+use crate::train::add_and_clear;
 use tinynn::layers::serial;
 
 /// The two shards' activations and the second shard's gradient buffer.
@@ -67,14 +68,6 @@ impl ShardedStep {
             add_and_clear(grads, &mut self.grads2);
         }
         loss
-    }
-}
-
-/// `a += b; b = 0`.
-fn add_and_clear(a: &mut [f32], b: &mut [f32]) {
-    for (x, y) in a.iter_mut().zip(b.iter_mut()) {
-        *x += *y;
-        *y = 0.0;
     }
 }
 
