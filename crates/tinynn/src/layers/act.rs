@@ -31,6 +31,15 @@ pub fn exp_approx(x_in: f32) -> f32 {
     }
 }
 
+/// The sum of 16 lanes in a fixed tree (the order every 16-lane reduction here adds in).
+#[inline(always)]
+pub(crate) fn tree16(mut acc: [f32; 16]) -> f32 {
+    for i in 0..8 {
+        acc[i] += acc[i + 8];
+    }
+    ((acc[0] + acc[4]) + (acc[1] + acc[5])) + ((acc[2] + acc[6]) + (acc[3] + acc[7]))
+}
+
 /// Largest element (NEG_INFINITY for none), over 16 independent lanes so that it vectorises.
 #[inline(always)]
 pub(crate) fn max16(x: &[f32]) -> f32 {
@@ -68,10 +77,7 @@ pub(crate) fn exp_sum16(x: &mut [f32], m: f32) -> f32 {
         *v = exp_approx(*v - m);
         s += *v;
     }
-    for i in 0..8 {
-        acc[i] += acc[i + 8];
-    }
-    s + ((acc[0] + acc[4]) + (acc[1] + acc[5])) + ((acc[2] + acc[6]) + (acc[3] + acc[7]))
+    s + tree16(acc)
 }
 
 const SQRT_2_OVER_PI: f32 = 0.797_884_6;

@@ -3,6 +3,7 @@
 //! `y = scale * ((x - mean) * r * w + b)`, `r = 1 / sqrt(var + eps)`, per row of C.
 //! The forward saves mean and r (N each) for the backward.
 
+use super::act::tree16;
 use super::{multiversion, rows_per_task};
 use rayon::prelude::*;
 
@@ -53,14 +54,6 @@ fn sums16(g: &[f32], w: &[f32], x: &[f32], mu: f32) -> (f32, f32) {
         }
     }
     (sa + tree16(a), sb + tree16(b))
-}
-
-#[inline(always)]
-fn tree16(mut acc: [f32; 16]) -> f32 {
-    for i in 0..8 {
-        acc[i] += acc[i + 8];
-    }
-    ((acc[0] + acc[4]) + (acc[1] + acc[5])) + ((acc[2] + acc[6]) + (acc[3] + acc[7]))
 }
 
 multiversion! {

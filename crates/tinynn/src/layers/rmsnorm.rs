@@ -48,10 +48,7 @@ pub(crate) fn dot16(a: &[f32], b: &[f32]) -> f32 {
     for (x, y) in ta.iter().zip(tb) {
         s += x * y;
     }
-    for i in 0..8 {
-        acc[i] += acc[i + 8];
-    }
-    s + ((acc[0] + acc[4]) + (acc[1] + acc[5])) + ((acc[2] + acc[6]) + (acc[3] + acc[7]))
+    s + super::act::tree16(acc)
 }
 
 multiversion! {
