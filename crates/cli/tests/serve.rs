@@ -18,28 +18,44 @@ impl Drop for Running {
     }
 }
 
+/// The tests of this file start servers side by side: one binds port 0 and another picks a free
+/// port and binds it a moment later, so the first can be handed the port the second picked
+/// (and the second would then talk to the first). One server at a time.
+static ONE_SERVER: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+fn one_server() -> std::sync::MutexGuard<'static, ()> {
+    ONE_SERVER.lock().unwrap_or_else(|e| e.into_inner())
+}
+
 /// One HTTP/1.1 exchange; returns the status and the body.
 fn http(addr: &str, method: &str, path: &str, body: &str) -> (u16, String) {
-    let mut s = TcpStream::connect(addr).expect("connects");
+    try_http(addr, method, path, body).unwrap_or_else(|e| panic!("{method} {path}: {e}"))
+}
+
+/// One HTTP/1.1 exchange, or why it did not happen.
+fn try_http(addr: &str, method: &str, path: &str, body: &str) -> Result<(u16, String), String> {
+    let mut s = TcpStream::connect(addr).map_err(|e| format!("connect: {e}"))?;
     write!(
         s,
         "{method} {path} HTTP/1.1\r\nHost: {addr}\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
         body.len()
     )
-    .unwrap();
+    .map_err(|e| format!("write: {e}"))?;
     let mut out = String::new();
-    s.read_to_string(&mut out).expect("reads the answer");
+    s.read_to_string(&mut out)
+        .map_err(|e| format!("read: {e}"))?;
     let status = out
         .split(' ')
         .nth(1)
         .and_then(|c| c.parse().ok())
-        .unwrap_or_else(|| panic!("no status line in {out:?}"));
+        .ok_or_else(|| format!("no status line in {out:?}"))?;
     let body = out.split_once("\r\n\r\n").map_or("", |x| x.1).to_string();
-    (status, body)
+    Ok((status, body))
 }
 
 #[test]
 fn serve_prints_its_url_and_answers_openai_requests() {
+    let _one = one_server();
     let runs = std::env::temp_dir().join(format!("toy-cli-serve-{}", std::process::id()));
     let mut child = Command::new(env!("CARGO_BIN_EXE_toy"))
         .args([
@@ -98,6 +114,7 @@ fn serve_without_its_model_fails_clearly() {
 #[test]
 fn serve_keeps_serving_when_nobody_reads_its_output() {
     // a closed stdout made the URL line panic (println!), which killed the server
+    let _one = one_server();
     let port = std::net::TcpListener::bind("127.0.0.1:0")
         .and_then(|l| l.local_addr())
         .expect("a free port")
@@ -116,7 +133,9 @@ fn serve_keeps_serving_when_nobody_reads_its_output() {
     let mut server = Running(child);
     let addr = format!("127.0.0.1:{port}");
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
-    while TcpStream::connect(&addr).is_err() {
+    // a bare connect is not proof of a listener (a client socket on the port can connect to
+    // itself): wait for an HTTP answer from /health
+    while try_http(&addr, "GET", "/health", "").map(|r| r.0) != Ok(200) {
         assert!(
             server.0.try_wait().expect("status").is_none(),
             "toy serve exited"
