@@ -7,6 +7,7 @@ pub mod adapter;
 pub mod evaluate;
 pub mod merge;
 pub mod recipe;
+mod repack;
 pub mod run;
 mod save;
 pub mod sft;

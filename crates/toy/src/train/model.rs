@@ -230,6 +230,11 @@ impl TrainModel {
         self.batch
     }
 
+    /// How many shards a batch's rows split over (side by side, each on one thread).
+    pub fn n_shards(&self) -> usize {
+        self.shards.len()
+    }
+
     pub fn zero_grad(&mut self) {
         self.grads.fill(0.0);
     }
@@ -304,7 +309,8 @@ impl TrainModel {
             }
             loss
         };
-        let b0 = b.min(self.shard_batch);
+        // the rows split evenly: a short batch (a repacked one) still runs on both shards
+        let b0 = b.div_ceil(self.shards.len()).min(self.shard_batch);
         let grad = grad_scale.is_some();
         let (first, rest) = self.shards.split_at_mut(1);
         match rest.first_mut() {
