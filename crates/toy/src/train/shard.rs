@@ -9,7 +9,7 @@ use super::lin::FrozenMat;
 use super::params::Layout;
 use super::stack::{Stack, StackActs};
 use super::ModelConfig;
-use tinynn::layers::cross_entropy::{cross_entropy, cross_entropy_soft};
+use tinynn::layers::cross_entropy::{cross_entropy, cross_entropy_soft, IGNORE};
 use tinynn::layers::embedding::Embedding;
 use tinynn::layers::linear::Linear;
 use tinynn::layers::rope::Rope;
@@ -123,6 +123,21 @@ pub(crate) struct Shard {
     logits: Vec<f32>,
     losses: Vec<f32>,
     pub last: Vec<f32>,
+    /// The rows the last `head_loss` ran the head on.
+    rows: HeadRows,
+}
+
+/// Where the last `head_loss` ran the head on the rows with a target only (`live`, their hf
+/// rows gathered into `hc` (L, C), targets `yc`): rows without loss need no logits, and an
+/// SFT batch's loss is on a fraction of its rows. `dhc` (L, C) is their gradient before it
+/// goes back to its rows.
+#[derive(Default)]
+struct HeadRows {
+    compact: bool,
+    live: Vec<usize>,
+    hc: Vec<f32>,
+    yc: Vec<u32>,
+    dhc: Vec<f32>,
 }
 
 impl Shard {
@@ -137,6 +152,7 @@ impl Shard {
             logits: vec![0.0; n * v],
             losses: vec![0.0; n],
             last: vec![0.0; v],
+            rows: HeadRows::default(),
         }
     }
 
@@ -198,16 +214,87 @@ impl Shard {
         n: usize,
         grad_scale: Option<f32>,
     ) -> f64 {
+        let (c, v) = (net.c, net.v);
+        let hr = &mut self.rows;
+        hr.compact = matches!(targets, Targets::Tokens(t) if t[..n].contains(&IGNORE));
+        if let (true, Targets::Tokens(t)) = (hr.compact, targets) {
+            // (N, C) -> (L, C) -> (L, V): the rows with a target only
+            hr.live.clear();
+            hr.live.extend((0..n).filter(|&i| t[i] != IGNORE));
+            let nl = hr.live.len();
+            hr.hc.resize(nl * c, 0.0);
+            hr.yc.clear();
+            for (dst, &i) in hr.hc.chunks_exact_mut(c).zip(&hr.live) {
+                dst.copy_from_slice(&self.hf[i * c..(i + 1) * c]);
+                hr.yc.push(t[i]);
+            }
+            if nl > 0 {
+                net.head_forward(p, &hr.hc, &mut self.logits, nl);
+                let l = &mut self.losses[..nl];
+                cross_entropy(&mut self.logits, &hr.yc, l, v, grad_scale);
+            }
+            // the rows left out have loss 0: the sum is the same, in the same order
+            return self.losses[..nl].iter().map(|l| *l as f64).sum();
+        }
         // (N, C) -> (N, V)
         net.head_forward(p, &self.hf, &mut self.logits, n);
-        let (z, l, v) = (&mut self.logits, &mut self.losses, net.v);
+        let (z, l) = (&mut self.logits, &mut self.losses);
         match targets {
             Targets::Tokens(t) => cross_entropy(z, &t[..n], l, v, grad_scale),
             Targets::Probs(q) => cross_entropy_soft(z, &q[..n * v], l, v, grad_scale),
         }
         self.losses[..n].iter().map(|l| *l as f64).sum()
     }
+}
 
+impl HeadRows {
+    /// The head's backward from dlogits (in `logits`): dhf (N, C) into dh, the head's weight
+    /// gradient into g.
+    #[allow(clippy::too_many_arguments)]
+    fn backward(
+        &mut self,
+        net: &Net,
+        p: &[f32],
+        g: &mut [f32],
+        logits: &[f32],
+        hf: &[f32],
+        dh: &mut [f32],
+        n: usize,
+    ) {
+        let (c, lay) = (net.c, &net.layout);
+        let (rows, h, d) = if self.compact {
+            let nl = self.live.len();
+            self.dhc.resize(nl * c, 0.0);
+            (nl, &self.hc[..], &mut self.dhc[..])
+        } else {
+            (n, &hf[..n * c], &mut dh[..n * c])
+        };
+        if rows > 0 {
+            // dW += dlogits^T h, dh = dlogits W
+            match &net.frozen_head {
+                Some(m) => tinynn::kernels::qmatmul_t::matmul_t(&m.qmat(), logits, rows, d, false),
+                None => net.head.backward(
+                    logits,
+                    h,
+                    &p[lay.head.clone()],
+                    Some(d),
+                    false,
+                    &mut g[lay.head.clone()],
+                    None,
+                    rows,
+                ),
+            }
+        }
+        if self.compact {
+            dh[..n * c].fill(0.0);
+            for (src, &i) in self.dhc.chunks_exact(c).zip(&self.live) {
+                dh[i * c..(i + 1) * c].copy_from_slice(src);
+            }
+        }
+    }
+}
+
+impl Shard {
     /// After `forward` and `head_loss` with a gradient: the backward, adding into g.
     #[allow(clippy::too_many_arguments)]
     pub fn backward(
@@ -222,21 +309,10 @@ impl Shard {
     ) {
         let (n, c, lay) = (b * t, net.c, &net.layout);
         let (dx, dh) = self.stack.dx_dh();
-        // head: dW += dlogits^T hf, dhf = dlogits W
-        match &net.frozen_head {
-            Some(m) => tinynn::kernels::qmatmul_t::matmul_t(&m.qmat(), &self.logits, n, dh, false),
-            None => net.head.backward(
-                &self.logits,
-                &self.hf,
-                &p[lay.head.clone()],
-                Some(&mut *dh),
-                false,
-                &mut g[lay.head.clone()],
-                None,
-                n,
-            ),
-        }
         dx[..n * c].fill(0.0);
+        // head: dW += dlogits^T hf, dhf = dlogits W; dh is swapped out while the head
+        // writes it (head_backward borrows the whole shard)
+        self.rows.backward(net, p, g, &self.logits, &self.hf, dh, n);
         let (dw, db) = match &lay.output_norm_b {
             None => (&mut g[lay.output_norm.clone()], None),
             Some(rb) => {

@@ -63,7 +63,7 @@ fn hybrid_gradients_match_finite_differences() {
         // the first GDN layer is strongly curved at rough weights: at a step of 1e-2 the
         // central difference's own error reaches 10% of the embedding's gradient
         let what = format!("ds={} tied={}", c.depth_scale, c.tied);
-        let names = check_sampled_gradients(&c, batch, t, 3e-3, &what);
+        let names = check_sampled_gradients(&c, batch, t, 3e-3, false, &what);
         // every kind of hybrid tensor was among those checked
         for want in [
             "attn_qkv.weight",
