@@ -1,7 +1,9 @@
 //! A fine-tuning run's evaluations: the mean negative log-likelihood of the held-out assistant
 //! tokens (each sample once, token-weighted, as the validation figure of SFT trainers such as
-//! TRL's), and a greedy reply to the first held-out prompt to show what the model now says.
+//! TRL's; padded batches run packed, as the training steps do), and a greedy reply to the
+//! first held-out prompt to show what the model now says.
 
+use super::repack::repack;
 use super::sft::{SftSet, IGNORE};
 use crate::tokenizer::Tokenizer;
 use crate::train::TrainModel;
@@ -29,10 +31,22 @@ pub fn eval_nll(model: &mut TrainModel, set: &SftSet) -> f32 {
             }
         }
         let n = y.iter().filter(|&&v| v != IGNORE).count();
-        if n > 0 {
-            sum += model.forward_loss(&x, &y, chunk.len(), t) as f64 * n as f64;
-            count += n;
+        if n == 0 {
+            continue;
         }
+        // without the padding where the model can pack, as the training steps (repack.rs)
+        let (ctx, shards) = (model.cfg.ctx, model.n_shards());
+        let packed = model
+            .check_packing()
+            .is_ok()
+            .then(|| repack(&x, &y, (chunk.len(), t), ctx, b, shards))
+            .flatten();
+        let loss = match packed {
+            Some(p) => model.forward_loss_packed(&p.x, &p.y, &p.pos, (p.b, p.t)),
+            None => model.forward_loss(&x, &y, chunk.len(), t),
+        };
+        sum += loss as f64 * n as f64;
+        count += n;
     }
     (sum / count.max(1) as f64) as f32
 }

@@ -210,6 +210,11 @@ mod tests {
         assert_eq!(m.n_shards(), 2);
         let p = repack(&x, &y, (b, t), 24, b, m.n_shards()).expect("fewer positions");
         assert!(p.b * p.t < b * t);
+        let (eval_padded, eval_packed) = (
+            m.forward_loss(&x, &y, b, t),
+            m.forward_loss_packed(&p.x, &p.y, &p.pos, (p.b, p.t)),
+        );
+        assert!((eval_padded - eval_packed).abs() <= 1e-6 * eval_padded.abs());
         m.zero_grad();
         let padded_loss = m.forward_backward(&x, &y, b, t);
         let g = m.grads.clone();

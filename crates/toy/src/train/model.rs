@@ -425,6 +425,22 @@ impl TrainModel {
             as f32
     }
 
+    /// [`Self::forward_loss`] of packed rows (`pos` as in [`Self::forward_backward_packed`]).
+    pub fn forward_loss_packed(
+        &mut self,
+        inputs: &[u32],
+        targets: &[u32],
+        pos: &[u32],
+        (b, t): (usize, usize),
+    ) -> f32 {
+        self.check_shape(inputs.len(), b, t);
+        self.check_shape(targets.len(), b, t);
+        self.check_shape(pos.len(), b, t);
+        self.check_packing().expect("packed rows");
+        let tokens = Targets::Tokens(targets);
+        (self.run(inputs, tokens, Some(pos), (b, t), None) / trained(targets) as f64) as f32
+    }
+
     /// Logits (V) of the last position of one sequence `tokens` (len <= ctx), for sampling
     /// during training.
     pub fn logits_last(&mut self, tokens: &[u32]) -> &[f32] {
