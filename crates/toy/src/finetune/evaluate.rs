@@ -3,7 +3,7 @@
 //! TRL's; padded batches run packed, as the training steps do), and a greedy reply to the
 //! first held-out prompt to show what the model now says.
 
-use super::repack::repack;
+use super::repack::repack_for;
 use super::sft::{SftSet, IGNORE};
 use crate::tokenizer::Tokenizer;
 use crate::train::TrainModel;
@@ -35,13 +35,7 @@ pub fn eval_nll(model: &mut TrainModel, set: &SftSet) -> f32 {
             continue;
         }
         // without the padding where the model can pack, as the training steps (repack.rs)
-        let (ctx, shards) = (model.cfg.ctx, model.n_shards());
-        let packed = model
-            .check_packing()
-            .is_ok()
-            .then(|| repack(&x, &y, (chunk.len(), t), ctx, b, shards))
-            .flatten();
-        let loss = match packed {
+        let loss = match repack_for(model, &x, &y, (chunk.len(), t)) {
             Some(p) => model.forward_loss_packed(&p.x, &p.y, &p.pos, (p.b, p.t)),
             None => model.forward_loss(&x, &y, chunk.len(), t),
         };

@@ -13,6 +13,8 @@
 //! Letters: B rows of T positions in, B' rows of T' positions out, T' <= ctx.
 
 use super::sft::IGNORE;
+use super::sft_batch::{count_from_zero, end_row};
+use crate::train::TrainModel;
 
 /// A batch laid out by [`repack`]: inputs, targets and positions (B', T').
 #[derive(Clone, Debug, Default, PartialEq)]
@@ -70,29 +72,34 @@ pub fn repack(
         b: rows,
         t: len,
     };
-    for (r, samples) in members.iter().enumerate() {
-        let mut at = r * len;
+    let rows = (out.x.chunks_exact_mut(len))
+        .zip(out.y.chunks_exact_mut(len))
+        .zip(out.pos.chunks_exact_mut(len));
+    for (samples, ((rx, ry), rp)) in members.iter().zip(rows) {
+        let mut at = 0;
         for &i in samples {
             let (src, n) = live[i];
             let s = src * t..src * t + n;
-            out.x[at..at + n].copy_from_slice(&x[s.clone()]);
-            out.y[at..at + n].copy_from_slice(&y[s]);
-            out.pos[at..at + n]
-                .iter_mut()
-                .zip(0..)
-                .for_each(|(p, j)| *p = j);
+            rx[at..at + n].copy_from_slice(&x[s.clone()]);
+            ry[at..at + n].copy_from_slice(&y[s]);
+            count_from_zero(&mut rp[at..at + n]);
             at += n;
         }
-        // the padding after the last sample is a sample of its own
-        let end = (r + 1) * len;
-        let pad = out.x[at.saturating_sub(1).max(r * len)];
-        out.x[at..end].fill(pad);
-        out.pos[at..end]
-            .iter_mut()
-            .zip(0..)
-            .for_each(|(p, j)| *p = j);
+        end_row(rx, ry, rp, at);
     }
     Some(out)
+}
+
+/// [`repack`] for `model`'s shape (ctx, batch, shards), where it can pack (Llama family);
+/// `None` where it cannot or packing would not run fewer positions.
+pub fn repack_for(
+    model: &TrainModel,
+    x: &[u32],
+    y: &[u32],
+    (b, t): (usize, usize),
+) -> Option<Packed> {
+    model.check_packing().ok()?;
+    repack(x, y, (b, t), model.cfg.ctx, model.batch(), model.n_shards())
 }
 
 /// LPT: each sample of `live` (longest first) to the least-filled of `rows` rows (the first

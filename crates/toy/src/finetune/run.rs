@@ -6,7 +6,7 @@
 
 use super::evaluate::{eval_nll, sample};
 use super::recipe::{FinetuneRecipe, Method};
-use super::repack::repack;
+use super::repack::repack_for;
 use super::save::save;
 use super::sft::{load_jsonl, SftBatcher, SftSet, IGNORE};
 use crate::chat_template::ChatTemplate;
@@ -250,8 +250,6 @@ pub fn finetune(
         })?;
     }
     let pack = recipe.data.pack;
-    // unpacked batches run without their padding where the model can pack (see repack.rs)
-    let can_pack = model.check_packing().is_ok();
     let (mut x, mut y) = (vec![0u32; b * t], vec![0u32; b * t]);
     let mut pos = vec![0u32; if pack { b * t } else { 0 }];
     let (mut last_loss, mut last_ckpt) = (f32::NAN, None);
@@ -290,9 +288,9 @@ pub fn finetune(
             let key = recipe.train.seed ^ ((step * accum + micro) as u64).wrapping_mul(0x2545_F491);
             model.set_dropout((p > 0.0).then(|| Dropout::new(p, key)));
             let (xs, ys, scale) = (&x[..b * te], &y[..b * te], 1.0 / accum as f32);
-            let shards = model.n_shards();
-            let varlen = (!pack && can_pack)
-                .then(|| repack(xs, ys, (b, te), t, b, shards))
+            // unpacked batches run without their padding where the model can pack
+            let varlen = (!pack)
+                .then(|| repack_for(&model, xs, ys, (b, te)))
                 .flatten();
             loss += if pack {
                 model.forward_backward_packed(xs, ys, &pos[..b * te], (b, te), scale)

@@ -120,15 +120,16 @@ impl SftBatcher {
                 }
                 let r = row * t + at..row * t + at + n;
                 trained += put(s, &mut inputs[r.clone()], &mut targets[r.clone()]);
-                pos[r].iter_mut().zip(0..).for_each(|(p, i)| *p = i);
+                count_from_zero(&mut pos[r]);
                 at += n;
             }
-            // the padding after the last sample is a sample of its own
-            let r = row * t + at..(row + 1) * t;
-            let pad = inputs[r.start.saturating_sub(1).max(row * t)];
-            inputs[r.clone()].fill(pad);
-            targets[r.clone()].fill(IGNORE);
-            pos[r].iter_mut().zip(0..).for_each(|(p, i)| *p = i);
+            let r = row * t..(row + 1) * t;
+            end_row(
+                &mut inputs[r.clone()],
+                &mut targets[r.clone()],
+                &mut pos[r],
+                at,
+            );
         }
         trained
     }
@@ -149,6 +150,20 @@ impl SftBatcher {
 /// set loaded with a larger ctx can hold).
 fn len(s: &Sample, t: usize) -> usize {
     s.tokens.len().saturating_sub(1).min(t)
+}
+
+/// A sample's positions inside a packed row: 0, 1, 2, ...
+pub(super) fn count_from_zero(pos: &mut [u32]) {
+    pos.iter_mut().zip(0..).for_each(|(p, i)| *p = i);
+}
+
+/// Pads one packed row (`x`, `y`, `pos` of T) from `at` on: the padding is a sample of its
+/// own, its inputs the row's last token (or the row's first when it is empty), no targets.
+pub(super) fn end_row(x: &mut [u32], y: &mut [u32], pos: &mut [u32], at: usize) {
+    let pad = x[at.saturating_sub(1)];
+    x[at..].fill(pad);
+    y[at..].fill(IGNORE);
+    count_from_zero(&mut pos[at..]);
 }
 
 /// Writes `s` into one row's `inputs` and `targets`, padding past its end with its last

@@ -310,8 +310,7 @@ impl Shard {
         let (n, c, lay) = (b * t, net.c, &net.layout);
         let (dx, dh) = self.stack.dx_dh();
         dx[..n * c].fill(0.0);
-        // head: dW += dlogits^T hf, dhf = dlogits W; dh is swapped out while the head
-        // writes it (head_backward borrows the whole shard)
+        // head: dW += dlogits^T hf, dhf = dlogits W (on the rows with a target, see HeadRows)
         self.rows.backward(net, p, g, &self.logits, &self.hf, dh, n);
         let (dw, db) = match &lay.output_norm_b {
             None => (&mut g[lay.output_norm.clone()], None),
