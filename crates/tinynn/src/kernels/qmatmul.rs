@@ -9,6 +9,7 @@
 //! - prefill (T > 1) otherwise: AVX-512 VNNI tiles for the legacy types (`qgemm`), which sum
 //!   in the row dots' order, so a batch gives the bits of token-by-token decoding; for Q5_K and
 //!   Q6_K the interleaved k-quant kernels on rows packed per call (`repack_k`, `repack_q6k`);
+//!   batches under 64 tokens without those kernels (AVX2) on decode's row dots, token by token;
 //! - anything else: dequantized rows or panels and f32 products (`fallback`).
 
 use super::act_quant::round_for;
@@ -177,13 +178,22 @@ pub fn matmul_many(ws: &[QMat], x: &[f32], t: usize, ys: &mut [&mut [f32]]) {
 }
 
 /// Decode's row dots for a batch of fewer than `ROW_DOT_BATCH` tokens, when every matrix is
-/// of a legacy type the row dots take (repacked matrices have their own kernel, checked first).
+/// of a type the row dots take: a legacy type, or a k-quant that no VNNI kernel takes (AVX2).
+/// Repacked matrices have their own kernel, checked first. A speculative verify step then
+/// scores its drafted tokens with the bits of token-by-token decoding, so greedy output does
+/// not change, and without dequantizing the whole model to f32 for a handful of tokens.
 fn small_batch_dots(ws: &[QMat], t: usize) -> Option<Vec<RowDot>> {
     if t >= ROW_DOT_BATCH {
         return None;
     }
     ws.iter()
-        .map(|w| RowDot::for_matrix(w).filter(|d| matches!(d, RowDot::Q8_1(_))))
+        .map(|w| {
+            RowDot::for_matrix(w).filter(|d| match d {
+                RowDot::Q8_1(_) => true,
+                RowDot::Q8K(_) => !k_tiles(w),
+                RowDot::F16 => false,
+            })
+        })
         .collect()
 }
 
@@ -212,6 +222,8 @@ pub fn kernel_names(w: &QMat) -> (&'static str, &'static str) {
         "int8 tiles (AVX-512 VNNI)"
     } else if k_tiles(w) {
         "int8, 16 rows interleaved per call (AVX-512 VNNI)"
+    } else if RowDot::for_matrix(w).is_some_and(|d| matches!(d, RowDot::Q8K(_))) {
+        "int8 row dot per token under 64 tokens (AVX2), else dequantize + f32 gemm"
     } else {
         "dequantize + f32 gemm"
     };
@@ -280,6 +292,38 @@ mod tests {
         for ty in [GgmlType::Q4_K, GgmlType::Q5_K, GgmlType::Q6_K] {
             for (n, k, t) in [(1, 256, 1), (7, 512, 1), (129, 1536, 1), (19, 512, 5)] {
                 check(ty, n, k, t);
+            }
+        }
+    }
+
+    /// A batch under `ROW_DOT_BATCH` (a speculative verify step, a short prompt) gives each
+    /// token the bits decode gives it alone, on every type decode's row dots take and no
+    /// VNNI kernel does: otherwise greedy speculative output drifts from plain decoding.
+    #[test]
+    fn small_batches_give_each_token_the_bits_of_decode() {
+        for ty in [
+            GgmlType::Q4_0,
+            GgmlType::Q4_1,
+            GgmlType::Q5_0,
+            GgmlType::Q8_0,
+            GgmlType::Q4_K,
+            GgmlType::Q5_K,
+            GgmlType::Q6_K,
+        ] {
+            let (n, k, t) = (37, 512, 9);
+            let bytes = super::super::test_matrix(ty, n, k, 3);
+            let w = QMat::new(ty, n, k, &bytes).unwrap();
+            if RowDot::for_matrix(&w).is_none() || k_tiles(&w) || qgemm::has_vnni() {
+                eprintln!("{ty}: not on the row dots on this CPU");
+                continue;
+            }
+            let x = data(t * k, 5);
+            let mut batch = vec![0f32; t * n];
+            matmul(&w, &x, t, &mut batch);
+            for j in 0..t {
+                let mut one = vec![0f32; n];
+                matvec(&w, &x[j * k..(j + 1) * k], &mut one);
+                assert_eq!(&batch[j * n..(j + 1) * n], &one[..], "{ty} token {j}");
             }
         }
     }

@@ -158,7 +158,8 @@ fn convert_then<R>(acts: &mut Acts, x: &[f32], forms: Forms, f: impl FnOnce(&Act
 }
 
 /// Batches of fewer than this many tokens through legacy-type matrices that are not repacked
-/// (all of them on AVX2) take decode's row dots: the sequences of a decode step, and prompts
+/// (all of them on AVX2), and through k-quant ones that no VNNI kernel takes, take decode's
+/// row dots: the sequences of a decode step, and prompts
 /// and chunks under 64 tokens, then get the bits of token-by-token decoding whatever they are
 /// batched with, so a seed repeats its sample (prefill's f32 path and the VNNI tiles sum in
 /// other orders). 64, where ggml's attention changes regime too
@@ -179,13 +180,13 @@ pub(super) fn matvec_int8(w: &QMat, x: &[f32], y: &mut [f32], dot: RowDot) {
 
 /// Several products of the same X (fused q/k/v, gate/up): X is quantized once (per 8-bit
 /// form), and one parallel loop covers the rows of every matrix, so there is one
-/// synchronisation, not three. With `dots` (one per matrix: decode, or a small batch of the
-/// legacy types, under `ROW_DOT_BATCH`) each token takes the row dots, so its result does not
+/// synchronisation, not three. With `dots` (one per matrix: decode, or a small batch under
+/// `ROW_DOT_BATCH`) each token takes the row dots, so its result does not
 /// depend on the batch; without, the tiles.
 pub(super) fn int8_many(ws: &[QMat], x: &[f32], t: usize, ys: &mut [&mut [f32]], dots: &[RowDot]) {
     const CHUNK: usize = 16;
     // prefill's tiles read the two planes
-    let tiles = if t > 1 {
+    let tiles = if t > 1 && dots.is_empty() {
         Forms::SPLIT
     } else {
         Forms::default()
@@ -194,7 +195,8 @@ pub(super) fn int8_many(ws: &[QMat], x: &[f32], t: usize, ys: &mut [&mut [f32]],
         let outs: Vec<OutPtr> = ys.iter_mut().map(|y| OutPtr(y.as_mut_ptr())).collect();
         // each token's two planes, for a small batch on the row dots (X is (T, K) for all ws)
         let nb = x.len() / t.max(1) / 32;
-        let (h, l): (Vec<_>, Vec<_>) = if t > 1 && !dots.is_empty() {
+        let (h, l): (Vec<_>, Vec<_>) = if t > 1 && dots.iter().any(|d| matches!(d, RowDot::Q8_1(_)))
+        {
             (0..t)
                 .map(|j| (acts.split.hi.token(j, nb), acts.split.lo.token(j, nb)))
                 .unzip()
@@ -214,6 +216,10 @@ pub(super) fn int8_many(ws: &[QMat], x: &[f32], t: usize, ys: &mut [&mut [f32]],
                     // SAFETY: this task alone writes rows r0..r0+nr of this output.
                     unsafe { *out.at(r) = dots[i].run(w.row(r), acts) };
                 }
+            } else if let Some(RowDot::Q8K(f)) = dots.get(i).copied() {
+                // a batch of k-quant products on decode's row dots (AVX2 without VNNI)
+                // SAFETY: this task alone writes columns r0..r0+nr of this Y (T, N).
+                unsafe { q8k_rows(w, r0..r0 + nr, &acts.q8k, t, f, out) };
             } else if let RowDot::Q8_1(f) = dots.get(i).copied().unwrap_or(RowDot::F16) {
                 // a small batch (t < ROW_DOT_BATCH): each token on decode's row dot
                 let mut ys = [0f32; ROW_DOT_BATCH];
@@ -231,6 +237,34 @@ pub(super) fn int8_many(ws: &[QMat], x: &[f32], t: usize, ys: &mut [&mut [f32]],
             }
         });
     })
+}
+
+/// Tokens per block of [`q8k_rows`]: their Q8_K rows (K bytes each) stay in L2 while a task's
+/// weight rows stay in L1.
+const Q8K_TOKENS: usize = 32;
+
+/// Rows `rows` of `w` against every token of the Q8_K activations `q` (T, K), each on decode's
+/// row dot `f`, so a token's result does not depend on the batch: Y (T, N) at `out`.
+///
+/// # Safety
+/// `out` must hold (T, N) and no one else may write columns `rows` of it.
+unsafe fn q8k_rows(
+    w: &QMat,
+    rows: Range<usize>,
+    q: &Q8KAct,
+    t: usize,
+    f: fn(&[u8], &Q8KRow) -> f32,
+    out: OutPtr,
+) {
+    let nb = w.cols / QK_K;
+    for j0 in (0..t).step_by(Q8K_TOKENS) {
+        for r in rows.clone() {
+            let row = w.row(r);
+            for j in j0..(j0 + Q8K_TOKENS).min(t) {
+                *out.at(j * w.rows + r) = f(row, &q.token(j, nb));
+            }
+        }
+    }
 }
 
 /// Products on repacked weights (every `ws[i].packed` is set): X converted once for the
