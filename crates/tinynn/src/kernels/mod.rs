@@ -32,6 +32,7 @@ pub mod qdot;
 pub mod qdot_k;
 #[cfg(test)]
 mod qdot_k_tests;
+pub mod qdot_k_x4;
 pub mod qdot_q5;
 #[allow(clippy::needless_range_loop)]
 pub mod qdot_split;

@@ -231,31 +231,34 @@ pub fn dot_q6_k_ref(row: &[u8], a: &Q8KRow) -> f32 {
 }
 
 #[cfg(target_arch = "x86_64")]
-mod avx2 {
+pub(super) mod avx2 {
     use super::*;
     use crate::kernels::qdot::hsum8;
     use std::arch::x86_64::*;
 
     #[inline(always)]
-    unsafe fn check(a: &Q8KRow, nb: usize) {
+    pub(in crate::kernels) unsafe fn check(a: &Q8KRow, nb: usize) {
         assert!(a.qs.len() >= nb * QK_K && a.d.len() >= nb && a.bsums.len() >= nb * 16);
     }
 
     /// The two f16 at `p`, as f32.
     #[inline(always)]
-    unsafe fn f16x2(p: *const u8) -> (f32, f32) {
+    pub(in crate::kernels) unsafe fn f16x2(p: *const u8) -> (f32, f32) {
         let v = _mm_cvtph_ps(_mm_cvtsi32_si128(std::ptr::read_unaligned(p as *const i32)));
         (_mm_cvtss_f32(v), _mm_cvtss_f32(_mm_shuffle_ps::<1>(v, v)))
     }
 
     #[inline(always)]
-    unsafe fn load(p: *const u8) -> __m256i {
+    pub(in crate::kernels) unsafe fn load(p: *const u8) -> __m256i {
         _mm256_loadu_si256(p as *const __m256i)
     }
 
     /// 8 scales and 8 mins widened to i16, and the 4 lanes of mins times 32-element sums.
     #[inline(always)]
-    unsafe fn mins_and_scales(sm: &[u8; 16], bsums: *const i16) -> (__m256i, __m128i) {
+    pub(in crate::kernels) unsafe fn mins_and_scales(
+        sm: &[u8; 16],
+        bsums: *const i16,
+    ) -> (__m256i, __m128i) {
         let ms = _mm256_cvtepu8_epi16(_mm_loadu_si128(sm.as_ptr() as *const __m128i));
         let q8sums = _mm256_loadu_si256(bsums as *const __m256i);
         let q8s = _mm_hadd_epi16(

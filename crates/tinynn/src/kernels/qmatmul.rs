@@ -190,7 +190,7 @@ fn small_batch_dots(ws: &[QMat], t: usize) -> Option<Vec<RowDot>> {
         .map(|w| {
             RowDot::for_matrix(w).filter(|d| match d {
                 RowDot::Q8_1(_) => true,
-                RowDot::Q8K(_) => !k_tiles(w),
+                RowDot::Q8K(..) => !k_tiles(w),
                 RowDot::F16 => false,
             })
         })
@@ -222,7 +222,7 @@ pub fn kernel_names(w: &QMat) -> (&'static str, &'static str) {
         "int8 tiles (AVX-512 VNNI)"
     } else if k_tiles(w) {
         "int8, 16 rows interleaved per call (AVX-512 VNNI)"
-    } else if RowDot::for_matrix(w).is_some_and(|d| matches!(d, RowDot::Q8K(_))) {
+    } else if RowDot::for_matrix(w).is_some_and(|d| matches!(d, RowDot::Q8K(..))) {
         "int8 row dot per token under 64 tokens (AVX2), else dequantize + f32 gemm"
     } else {
         "dequantize + f32 gemm"
@@ -310,20 +310,24 @@ mod tests {
             GgmlType::Q5_K,
             GgmlType::Q6_K,
         ] {
-            let (n, k, t) = (37, 512, 9);
+            let (n, k) = (37, 512);
             let bytes = super::super::test_matrix(ty, n, k, 3);
             let w = QMat::new(ty, n, k, &bytes).unwrap();
             if RowDot::for_matrix(&w).is_none() || k_tiles(&w) || qgemm::has_vnni() {
                 eprintln!("{ty}: not on the row dots on this CPU");
                 continue;
             }
-            let x = data(t * k, 5);
-            let mut batch = vec![0f32; t * n];
-            matmul(&w, &x, t, &mut batch);
-            for j in 0..t {
-                let mut one = vec![0f32; n];
-                matvec(&w, &x[j * k..(j + 1) * k], &mut one);
-                assert_eq!(&batch[j * n..(j + 1) * n], &one[..], "{ty} token {j}");
+            // 9 and 11 tokens: groups of four for the four-token kernels, then one alone or
+            // three padded to four
+            for t in [9, 11] {
+                let x = data(t * k, 5);
+                let mut batch = vec![0f32; t * n];
+                matmul(&w, &x, t, &mut batch);
+                for j in 0..t {
+                    let mut one = vec![0f32; n];
+                    matvec(&w, &x[j * k..(j + 1) * k], &mut one);
+                    assert_eq!(&batch[j * n..(j + 1) * n], &one[..], "{ty} token {j}");
+                }
             }
         }
     }

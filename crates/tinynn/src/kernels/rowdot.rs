@@ -8,6 +8,7 @@ use super::act_split::SplitAct;
 use super::f16dot::{dot_f16, has_fast_f16};
 use super::qdot::has_fast_q4_1;
 use super::qdot_k::{dot_q4_k, dot_q5_k, dot_q6_k, has_fast_k_quants, Q8KAct, Q8KRow};
+use super::qdot_k_x4::{dot_q4_k_x4, dot_q6_k_x4, DotX4, X4};
 use super::qdot_split::{split_dots, SplitDots};
 use super::repack::Packed;
 use super::{qgemm, OutPtr, QMat};
@@ -16,12 +17,16 @@ use rayon::prelude::*;
 use std::cell::RefCell;
 use std::ops::Range;
 
+/// A k-quant row against one token of Q8_K activations.
+type DotK = fn(&[u8], &Q8KRow) -> f32;
+
 /// Decode's integer row dot for a weight type: which 8-bit form of x it reads, and the kernel.
 #[derive(Clone, Copy)]
 pub(super) enum RowDot {
     /// The legacy types against both activation planes of one token or several (`qdot_split`).
     Q8_1(SplitDots),
-    Q8K(fn(&[u8], &Q8KRow) -> f32),
+    /// The k-quants against Q8_K: decode's row dot, and a four-token one for small batches.
+    Q8K(DotK, Option<DotX4>),
     /// f16 weights against x rounded to f16 (ggml's F16 `vec_dot_type`).
     F16,
 }
@@ -37,9 +42,9 @@ impl RowDot {
         );
         match w.ty {
             Q4_0 | Q4_1 | Q5_0 | Q5_1 | Q8_0 if q8_1 => split_dots(w.ty).map(Self::Q8_1),
-            Q4_K if q8k => Some(Self::Q8K(dot_q4_k)),
-            Q5_K if q8k => Some(Self::Q8K(dot_q5_k)),
-            Q6_K if q8k => Some(Self::Q8K(dot_q6_k)),
+            Q4_K if q8k => Some(Self::Q8K(dot_q4_k, Some(dot_q4_k_x4))),
+            Q5_K if q8k => Some(Self::Q8K(dot_q5_k, None)),
+            Q6_K if q8k => Some(Self::Q8K(dot_q6_k, Some(dot_q6_k_x4))),
             F16 if has_fast_f16() => Some(Self::F16),
             _ => None,
         }
@@ -57,7 +62,7 @@ impl RowDot {
                 );
                 out[0]
             }
-            Self::Q8K(f) => f(row, &acts.q8k.row()),
+            Self::Q8K(f, _) => f(row, &acts.q8k.row()),
             Self::F16 => dot_f16(row, &acts.f16),
         }
     }
@@ -110,7 +115,7 @@ impl Forms {
         dots.iter().fold(Forms::default(), |f, d| {
             f.with(match d {
                 RowDot::Q8_1(_) => Forms::SPLIT,
-                RowDot::Q8K(_) => Forms::Q8K,
+                RowDot::Q8K(..) => Forms::Q8K,
                 RowDot::F16 => Forms::F16,
             })
         })
@@ -216,10 +221,10 @@ pub(super) fn int8_many(ws: &[QMat], x: &[f32], t: usize, ys: &mut [&mut [f32]],
                     // SAFETY: this task alone writes rows r0..r0+nr of this output.
                     unsafe { *out.at(r) = dots[i].run(w.row(r), acts) };
                 }
-            } else if let Some(RowDot::Q8K(f)) = dots.get(i).copied() {
+            } else if let Some(RowDot::Q8K(f, f4)) = dots.get(i).copied() {
                 // a batch of k-quant products on decode's row dots (AVX2 without VNNI)
                 // SAFETY: this task alone writes columns r0..r0+nr of this Y (T, N).
-                unsafe { q8k_rows(w, r0..r0 + nr, &acts.q8k, t, f, out) };
+                unsafe { q8k_rows(w, r0..r0 + nr, &acts.q8k, t, (f, f4), out) };
             } else if let RowDot::Q8_1(f) = dots.get(i).copied().unwrap_or(RowDot::F16) {
                 // a small batch (t < ROW_DOT_BATCH): each token on decode's row dot
                 let mut ys = [0f32; ROW_DOT_BATCH];
@@ -253,15 +258,30 @@ unsafe fn q8k_rows(
     rows: Range<usize>,
     q: &Q8KAct,
     t: usize,
-    f: fn(&[u8], &Q8KRow) -> f32,
+    (f, f4): (DotK, Option<DotX4>),
     out: OutPtr,
 ) {
     let nb = w.cols / QK_K;
     for j0 in (0..t).step_by(Q8K_TOKENS) {
+        let j1 = (j0 + Q8K_TOKENS).min(t);
+        let toks: Vec<Q8KRow> = (j0..j1).map(|j| q.token(j, nb)).collect();
         for r in rows.clone() {
             let row = w.row(r);
-            for j in j0..(j0 + Q8K_TOKENS).min(t) {
-                *out.at(j * w.rows + r) = f(row, &q.token(j, nb));
+            let mut j = j0;
+            if let Some(f4) = f4 {
+                // four tokens a call: the weight block is unpacked once for them
+                // (a last group of three takes it too, its fourth lane a repeat, unwritten)
+                for g in toks.chunks(X4).filter(|g| g.len() >= X4 - 1) {
+                    let ys = f4(row, [&g[0], &g[1], &g[2], &g[g.len() - 1]]);
+                    for (u, y) in ys.into_iter().take(g.len()).enumerate() {
+                        *out.at((j + u) * w.rows + r) = y;
+                    }
+                    j += g.len();
+                }
+            }
+            for tok in &toks[j - j0..] {
+                *out.at(j * w.rows + r) = f(row, tok);
+                j += 1;
             }
         }
     }
