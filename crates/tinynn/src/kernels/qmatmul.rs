@@ -9,7 +9,8 @@
 //! - prefill (T > 1) otherwise: AVX-512 VNNI tiles for the legacy types (`qgemm`), which sum
 //!   in the row dots' order, so a batch gives the bits of token-by-token decoding; for Q5_K and
 //!   Q6_K the interleaved k-quant kernels on rows packed per call (`repack_k`, `repack_q6k`);
-//!   batches under 64 tokens without those kernels (AVX2) on decode's row dots, token by token;
+//!   batches under 64 tokens of any of these on decode's row dots (four tokens a call for
+//!   Q4_K and Q6_K), so that they get the bits of token-by-token decoding;
 //! - anything else: dequantized rows or panels and f32 products (`fallback`).
 
 use super::act_quant::round_for;
@@ -178,10 +179,11 @@ pub fn matmul_many(ws: &[QMat], x: &[f32], t: usize, ys: &mut [&mut [f32]]) {
 }
 
 /// Decode's row dots for a batch of fewer than `ROW_DOT_BATCH` tokens, when every matrix is
-/// of a type the row dots take: a legacy type, or a k-quant that no VNNI kernel takes (AVX2).
-/// Repacked matrices have their own kernel, checked first. A speculative verify step then
-/// scores its drafted tokens with the bits of token-by-token decoding, so greedy output does
-/// not change, and without dequantizing the whole model to f32 for a handful of tokens.
+/// of a type the row dots take: a legacy type or a k-quant (Q5_K and Q6_K too where VNNI
+/// has tiles for them, which sum in another order). Repacked matrices have their own kernel,
+/// the same for decode and batches, checked first. A speculative verify step then scores its
+/// drafted tokens with the bits of token-by-token decoding, so greedy output does not change,
+/// without dequantizing the model to f32 or packing rows per call for a handful of tokens.
 fn small_batch_dots(ws: &[QMat], t: usize) -> Option<Vec<RowDot>> {
     if t >= ROW_DOT_BATCH {
         return None;
@@ -190,7 +192,7 @@ fn small_batch_dots(ws: &[QMat], t: usize) -> Option<Vec<RowDot>> {
         .map(|w| {
             RowDot::for_matrix(w).filter(|d| match d {
                 RowDot::Q8_1(_) => true,
-                RowDot::Q8K(..) => !k_tiles(w),
+                RowDot::Q8K(..) => true,
                 RowDot::F16 => false,
             })
         })
@@ -221,9 +223,9 @@ pub fn kernel_names(w: &QMat) -> (&'static str, &'static str) {
     let prefill = if qgemm::supports(w.ty, w.cols) {
         "int8 tiles (AVX-512 VNNI)"
     } else if k_tiles(w) {
-        "int8, 16 rows interleaved per call (AVX-512 VNNI)"
+        "int8 row dots under 64 tokens (AVX2), else 16 rows interleaved per call (AVX-512 VNNI)"
     } else if RowDot::for_matrix(w).is_some_and(|d| matches!(d, RowDot::Q8K(..))) {
-        "int8 row dot per token under 64 tokens (AVX2), else dequantize + f32 gemm"
+        "int8 row dots under 64 tokens (AVX2), else dequantize + f32 gemm"
     } else {
         "dequantize + f32 gemm"
     };
@@ -297,8 +299,8 @@ mod tests {
     }
 
     /// A batch under `ROW_DOT_BATCH` (a speculative verify step, a short prompt) gives each
-    /// token the bits decode gives it alone, on every type decode's row dots take and no
-    /// VNNI kernel does: otherwise greedy speculative output drifts from plain decoding.
+    /// token the bits decode gives it alone, on every type decode's row dots take (not
+    /// repacked): otherwise greedy speculative output drifts from plain decoding.
     #[test]
     fn small_batches_give_each_token_the_bits_of_decode() {
         for ty in [
@@ -313,8 +315,8 @@ mod tests {
             let (n, k) = (37, 512);
             let bytes = super::super::test_matrix(ty, n, k, 3);
             let w = QMat::new(ty, n, k, &bytes).unwrap();
-            if RowDot::for_matrix(&w).is_none() || k_tiles(&w) || qgemm::has_vnni() {
-                eprintln!("{ty}: not on the row dots on this CPU");
+            if RowDot::for_matrix(&w).is_none() {
+                eprintln!("{ty}: no row dot on this CPU");
                 continue;
             }
             // 9 and 11 tokens: groups of four for the four-token kernels, then one alone or

@@ -163,8 +163,7 @@ fn convert_then<R>(acts: &mut Acts, x: &[f32], forms: Forms, f: impl FnOnce(&Act
 }
 
 /// Batches of fewer than this many tokens through legacy-type matrices that are not repacked
-/// (all of them on AVX2), and through k-quant ones that no VNNI kernel takes, take decode's
-/// row dots: the sequences of a decode step, and prompts
+/// (all of them on AVX2), and through k-quant ones, take decode's row dots: the sequences of a decode step, and prompts
 /// and chunks under 64 tokens, then get the bits of token-by-token decoding whatever they are
 /// batched with, so a seed repeats its sample (prefill's f32 path and the VNNI tiles sum in
 /// other orders). 64, where ggml's attention changes regime too
@@ -222,7 +221,7 @@ pub(super) fn int8_many(ws: &[QMat], x: &[f32], t: usize, ys: &mut [&mut [f32]],
                     unsafe { *out.at(r) = dots[i].run(w.row(r), acts) };
                 }
             } else if let Some(RowDot::Q8K(f, f4)) = dots.get(i).copied() {
-                // a batch of k-quant products on decode's row dots (AVX2 without VNNI)
+                // a batch of k-quant products on decode's row dots
                 // SAFETY: this task alone writes columns r0..r0+nr of this Y (T, N).
                 unsafe { q8k_rows(w, r0..r0 + nr, &acts.q8k, t, (f, f4), out) };
             } else if let RowDot::Q8_1(f) = dots.get(i).copied().unwrap_or(RowDot::F16) {
