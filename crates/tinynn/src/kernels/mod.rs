@@ -53,6 +53,7 @@ mod rowdot;
 mod stream;
 
 pub use qmatmul::QMat;
+pub use rowdot::coarse_activations;
 
 /// An (n, k) matrix of `test_data` quantized row by row to `ty`, as bytes.
 #[cfg(test)]

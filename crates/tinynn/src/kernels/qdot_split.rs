@@ -33,6 +33,24 @@ pub fn split_dots(ty: GgmlType) -> Option<SplitDots> {
     })
 }
 
+/// A weight row against one token's coarse plane alone (ggml's one 8-bit plane).
+pub type CoarseDot = fn(&[u8], &Q8_1Row) -> f32;
+
+/// The one-plane row dot for weights of type `ty` (the legacy types): half the integer work
+/// of [`split_dots`], for a draft model's proposals, whose rounding only moves how many the
+/// target keeps, never what it outputs.
+pub fn coarse_dot(ty: GgmlType) -> Option<CoarseDot> {
+    use GgmlType::*;
+    Some(match ty {
+        Q4_0 => dot_q4_0,
+        Q4_1 => dot_q4_1,
+        Q8_0 => dot_q8_0,
+        Q5_0 => dot_q5_0,
+        Q5_1 => dot_q5_1,
+        _ => return None,
+    })
+}
+
 const Q40: u8 = 0;
 const Q41: u8 = 1;
 const Q80: u8 = 2;

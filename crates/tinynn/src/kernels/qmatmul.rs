@@ -191,7 +191,7 @@ fn small_batch_dots(ws: &[QMat], t: usize) -> Option<Vec<RowDot>> {
     ws.iter()
         .map(|w| {
             RowDot::for_matrix(w).filter(|d| match d {
-                RowDot::Q8_1(_) => true,
+                RowDot::Q8_1(..) => true,
                 RowDot::Q8K(..) => true,
                 RowDot::F16 => false,
             })
@@ -331,6 +331,47 @@ mod tests {
                     assert_eq!(&batch[j * n..(j + 1) * n], &one[..], "{ty} token {j}");
                 }
             }
+        }
+    }
+
+    /// Inside `coarse_activations` (a speculative draft) the legacy types' row dots read the
+    /// coarse plane alone, for decode and small batches; outside, both planes again.
+    #[test]
+    fn coarse_activations_take_the_one_plane_dots_only_inside() {
+        use crate::kernels::act_split::SplitAct;
+        use crate::kernels::qdot_split::coarse_dot;
+        let (n, k, t) = (21, 512, 3);
+        for ty in [GgmlType::Q5_0, GgmlType::Q4_1, GgmlType::Q8_0] {
+            let bytes = super::super::test_matrix(ty, n, k, 7);
+            let w = QMat::new(ty, n, k, &bytes).unwrap();
+            if RowDot::for_matrix(&w).is_none() || qgemm::has_vnni() {
+                eprintln!("{ty}: not on the row dots on this CPU");
+                continue;
+            }
+            let x = data(t * k, 8);
+            let (mut fine, mut coarse, mut again) =
+                (vec![0f32; t * n], vec![0f32; t * n], vec![0f32; t * n]);
+            matmul(&w, &x, t, &mut fine);
+            crate::kernels::coarse_activations(|| matmul(&w, &x, t, &mut coarse));
+            matmul(&w, &x, t, &mut again);
+            assert_eq!(fine, again, "{ty}: the coarse mode outlived its closure");
+            let mut acts = SplitAct::default();
+            acts.quantize(&x);
+            let one = coarse_dot(ty).unwrap();
+            for j in 0..t {
+                let hi = acts.hi.token(j, k / 32);
+                for r in 0..n {
+                    assert_eq!(
+                        coarse[j * n + r],
+                        one(w.row(r), &hi),
+                        "{ty} token {j} row {r}"
+                    );
+                }
+            }
+            assert_ne!(fine, coarse, "{ty}: the fine plane made no difference");
+            let mut y1 = vec![0f32; n];
+            crate::kernels::coarse_activations(|| matvec(&w, &x[..k], &mut y1));
+            assert_eq!(&y1[..], &coarse[..n], "{ty}: decode and a batch differ");
         }
     }
 

@@ -9,7 +9,7 @@ use super::f16dot::{dot_f16, has_fast_f16};
 use super::qdot::has_fast_q4_1;
 use super::qdot_k::{dot_q4_k, dot_q5_k, dot_q6_k, has_fast_k_quants, Q8KAct, Q8KRow};
 use super::qdot_k_x4::{dot_q4_k_x4, dot_q6_k_x4, DotX4, X4};
-use super::qdot_split::{split_dots, SplitDots};
+use super::qdot_split::{coarse_dot, split_dots, CoarseDot, SplitDots};
 use super::repack::Packed;
 use super::{qgemm, OutPtr, QMat};
 use crate::quant::{GgmlType, QK_K};
@@ -24,7 +24,8 @@ type DotK = fn(&[u8], &Q8KRow) -> f32;
 #[derive(Clone, Copy)]
 pub(super) enum RowDot {
     /// The legacy types against both activation planes of one token or several (`qdot_split`).
-    Q8_1(SplitDots),
+    /// The legacy types: both planes, and the coarse plane alone (`coarse_activations`).
+    Q8_1(SplitDots, CoarseDot),
     /// The k-quants against Q8_K: decode's row dot, and a four-token one for small batches.
     Q8K(DotK, Option<DotX4>),
     /// f16 weights against x rounded to f16 (ggml's F16 `vec_dot_type`).
@@ -41,7 +42,9 @@ impl RowDot {
             w.cols.is_multiple_of(QK_K) && has_fast_k_quants(),
         );
         match w.ty {
-            Q4_0 | Q4_1 | Q5_0 | Q5_1 | Q8_0 if q8_1 => split_dots(w.ty).map(Self::Q8_1),
+            Q4_0 | Q4_1 | Q5_0 | Q5_1 | Q8_0 if q8_1 => {
+                Some(Self::Q8_1(split_dots(w.ty)?, coarse_dot(w.ty)?))
+            }
             Q4_K if q8k => Some(Self::Q8K(dot_q4_k, Some(dot_q4_k_x4))),
             Q5_K if q8k => Some(Self::Q8K(dot_q5_k, None)),
             Q6_K if q8k => Some(Self::Q8K(dot_q6_k, Some(dot_q6_k_x4))),
@@ -52,7 +55,8 @@ impl RowDot {
 
     fn run(self, row: &[u8], acts: &Acts) -> f32 {
         match self {
-            Self::Q8_1(f) => {
+            Self::Q8_1(_, c) if acts.coarse => c(row, &acts.split.hi.row()),
+            Self::Q8_1(f, _) => {
                 let mut out = [0f32];
                 f(
                     row,
@@ -77,6 +81,24 @@ pub(super) struct Acts {
     pub(super) f16: Vec<f32>,
     /// x as f16, on the way to `f16`.
     pub(super) f16_bits: Vec<half::f16>,
+    /// The legacy types' row dots read the coarse plane alone (`coarse_activations`).
+    pub(super) coarse: bool,
+}
+
+thread_local! {
+    static COARSE: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+}
+
+/// Runs `f` with the legacy types' decode row dots (and batches under `ROW_DOT_BATCH`) on the
+/// activations' coarse 8-bit plane alone, as ggml's one Q8 plane: half their integer work, at
+/// ggml's activation rounding instead of toy's finer two planes. For a speculative draft,
+/// whose rounding only changes how many of its tokens the target keeps. Products started on
+/// this thread inside `f` are affected, whichever threads then share their rows.
+pub fn coarse_activations<R>(f: impl FnOnce() -> R) -> R {
+    let was = COARSE.replace(true);
+    let r = f();
+    COARSE.set(was);
+    r
 }
 
 thread_local! {
@@ -114,7 +136,7 @@ impl Forms {
     fn of(dots: &[RowDot]) -> Forms {
         dots.iter().fold(Forms::default(), |f, d| {
             f.with(match d {
-                RowDot::Q8_1(_) => Forms::SPLIT,
+                RowDot::Q8_1(..) => Forms::SPLIT,
                 RowDot::Q8K(..) => Forms::Q8K,
                 RowDot::F16 => Forms::F16,
             })
@@ -143,6 +165,7 @@ fn with_acts<R>(x: &[f32], forms: Forms, f: impl FnOnce(&Acts) -> R) -> R {
 
 fn convert_then<R>(acts: &mut Acts, x: &[f32], forms: Forms, f: impl FnOnce(&Acts) -> R) -> R {
     {
+        acts.coarse = COARSE.get();
         if forms.q8k {
             acts.q8k.quantize(x);
         }
@@ -199,14 +222,14 @@ pub(super) fn int8_many(ws: &[QMat], x: &[f32], t: usize, ys: &mut [&mut [f32]],
         let outs: Vec<OutPtr> = ys.iter_mut().map(|y| OutPtr(y.as_mut_ptr())).collect();
         // each token's two planes, for a small batch on the row dots (X is (T, K) for all ws)
         let nb = x.len() / t.max(1) / 32;
-        let (h, l): (Vec<_>, Vec<_>) = if t > 1 && dots.iter().any(|d| matches!(d, RowDot::Q8_1(_)))
-        {
-            (0..t)
-                .map(|j| (acts.split.hi.token(j, nb), acts.split.lo.token(j, nb)))
-                .unzip()
-        } else {
-            (Vec::new(), Vec::new())
-        };
+        let (h, l): (Vec<_>, Vec<_>) =
+            if t > 1 && dots.iter().any(|d| matches!(d, RowDot::Q8_1(..))) {
+                (0..t)
+                    .map(|j| (acts.split.hi.token(j, nb), acts.split.lo.token(j, nb)))
+                    .unzip()
+            } else {
+                (Vec::new(), Vec::new())
+            };
         let tasks: Vec<(usize, usize)> = ws
             .iter()
             .enumerate()
@@ -224,12 +247,16 @@ pub(super) fn int8_many(ws: &[QMat], x: &[f32], t: usize, ys: &mut [&mut [f32]],
                 // a batch of k-quant products on decode's row dots
                 // SAFETY: this task alone writes columns r0..r0+nr of this Y (T, N).
                 unsafe { q8k_rows(w, r0..r0 + nr, &acts.q8k, t, (f, f4), out) };
-            } else if let RowDot::Q8_1(f) = dots.get(i).copied().unwrap_or(RowDot::F16) {
+            } else if let RowDot::Q8_1(f, c) = dots.get(i).copied().unwrap_or(RowDot::F16) {
                 // a small batch (t < ROW_DOT_BATCH): each token on decode's row dot
                 let mut ys = [0f32; ROW_DOT_BATCH];
                 let ys = &mut ys[..t];
                 for r in r0..r0 + nr {
-                    f(w.row(r), &h, &l, ys);
+                    if acts.coarse {
+                        ys.iter_mut().zip(&h).for_each(|(y, h)| *y = c(w.row(r), h));
+                    } else {
+                        f(w.row(r), &h, &l, ys);
+                    }
                     for (j, y) in ys.iter().enumerate() {
                         // SAFETY: this task alone writes columns r0..r0+nr of this Y (T, N).
                         unsafe { *out.at(j * w.rows + r) = *y };

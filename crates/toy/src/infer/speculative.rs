@@ -229,7 +229,14 @@ pub fn model_draft(
     fed.truncate(state.pos());
     let k = k.min(state.cache.ctx.saturating_sub(hist.len()));
     let new = &hist[fed.len()..];
-    let mut logits = model.forward(state, new, Logits::Last)?.to_vec();
+    // a draft only proposes: ggml's one-plane activation rounding (half the integer work of
+    // toy's two planes on the legacy types) changes how many tokens are kept, never the output
+    let forward = |state: &mut State, toks: &[u32]| {
+        tinynn::kernels::coarse_activations(|| {
+            model.forward(state, toks, Logits::Last).map(|l| l.to_vec())
+        })
+    };
+    let mut logits = forward(state, new)?;
     fed.extend_from_slice(new);
     // penalties see what the target's sampler sees, then the drafted tokens
     sampler.set_history(hist);
@@ -246,7 +253,7 @@ pub fn model_draft(
         if out.len() == k {
             break;
         }
-        logits.copy_from_slice(model.forward(state, &[id], Logits::Last)?);
+        logits = forward(state, &[id])?;
         fed.push(id);
     }
     Ok((out, dists))
