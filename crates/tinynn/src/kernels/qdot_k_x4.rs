@@ -1,7 +1,7 @@
-//! Q4_K and Q6_K rows against four tokens of Q8_K activations at once, for small batches (a
-//! speculative verify step, several sequences decoding together) on AVX2: each weight block is
-//! unpacked once and multiplied into four tokens, where four calls of decode's row dot
-//! (`qdot_k`) unpack it four times. Per token the operations are decode's, in its order
+//! Q4_K and Q6_K rows against several tokens of Q8_K activations at once (eight, or four), for
+//! small batches (a speculative verify step, several sequences decoding together) on AVX2: each
+//! 32 weights are unpacked once and multiplied into every token's integer sum, where one call
+//! of decode's row dot (`qdot_k`) per token unpacks them again each time. Per token the operations are decode's, in its order
 //! (exact integer sums, then one fma per block and lane, then `hsum8`), so every token gets
 //! the bits of `qdot_k::dot_q4_k` / `dot_q6_k` alone (ggml-cpu/arch/x86/quants.c's
 //! `ggml_vec_dot_q4_K_q8_K` / `ggml_vec_dot_q6_K_q8_K`).
@@ -10,8 +10,8 @@ use super::qdot_k::{scales_mins_k4, Q8KRow, Q4_K_BYTES, Q6_K_BYTES};
 use crate::quant::float::f16_at;
 use crate::quant::QK_K;
 
-/// Tokens per call.
-pub const X4: usize = 4;
+/// Tokens of the smaller group.
+const X4: usize = 4;
 
 #[cfg(target_arch = "x86_64")]
 mod avx2 {
@@ -21,44 +21,43 @@ mod avx2 {
     use std::arch::x86_64::*;
 
     #[target_feature(enable = "avx2,fma,f16c")]
-    pub unsafe fn dot_q4_k_x4(row: &[u8], a: [&Q8KRow; X4]) -> [f32; X4] {
+    pub unsafe fn dot_q4_k_n<const N: usize>(row: &[u8], a: [&Q8KRow; N]) -> [f32; N] {
         let nb = row.len() / Q4_K_BYTES;
         a.iter().for_each(|x| check(x, nb));
+        let (d8, bs, qs): ([*const f32; N], [*const i16; N], [*const u8; N]) = (
+            a.map(|x| x.d.as_ptr()),
+            a.map(|x| x.bsums.as_ptr()),
+            a.map(|x| x.qs.as_ptr() as *const u8),
+        );
         let m4 = _mm256_set1_epi8(0x0F);
-        let mut acc = [_mm256_setzero_ps(); X4];
-        let mut acc_m = [_mm_setzero_ps(); X4];
+        let mut acc = [_mm256_setzero_ps(); N];
+        let mut acc_m = [_mm_setzero_ps(); N];
         for i in 0..nb {
             let p = row.as_ptr().add(i * Q4_K_BYTES);
             let (xd, xmin) = f16x2(p);
             let sm = scales_mins_k4(&row[i * Q4_K_BYTES + 4..i * Q4_K_BYTES + 16]);
-            // the block's nibbles, low and high halves of each 64, once for all tokens
-            let q4: [[__m256i; 2]; 4] = std::array::from_fn(|j| {
+            // each 64 of the block unpacked once, then into every token's integer sum
+            let mut sumi = [_mm256_setzero_si256(); N];
+            for j in 0..4 {
+                let scale_l = _mm256_set1_epi16(sm[2 * j] as i16);
+                let scale_h = _mm256_set1_epi16(sm[2 * j + 1] as i16);
                 let bits = load(p.add(16 + 32 * j));
-                [
-                    _mm256_and_si256(bits, m4),
-                    _mm256_and_si256(_mm256_srli_epi16::<4>(bits), m4),
-                ]
-            });
-            for (u, x) in a.iter().enumerate() {
-                let (d, dmin) = (x.d[i] * xd, -x.d[i] * xmin);
-                let (_, prod) = mins_and_scales(&sm, x.bsums.as_ptr().add(16 * i));
-                acc_m[u] = _mm_fmadd_ps(_mm_set1_ps(dmin), _mm_cvtepi32_ps(prod), acc_m[u]);
-                let q8 = x.qs.as_ptr().add(QK_K * i) as *const u8;
-                let mut sumi = _mm256_setzero_si256();
-                for (j, q4) in q4.iter().enumerate() {
-                    let scale_l = _mm256_set1_epi16(sm[2 * j] as i16);
-                    let scale_h = _mm256_set1_epi16(sm[2 * j + 1] as i16);
-                    let p16l = _mm256_madd_epi16(
-                        scale_l,
-                        _mm256_maddubs_epi16(q4[0], load(q8.add(64 * j))),
-                    );
-                    let p16h = _mm256_madd_epi16(
-                        scale_h,
-                        _mm256_maddubs_epi16(q4[1], load(q8.add(64 * j + 32))),
-                    );
-                    sumi = _mm256_add_epi32(sumi, _mm256_add_epi32(p16l, p16h));
+                let q4l = _mm256_and_si256(bits, m4);
+                let q4h = _mm256_and_si256(_mm256_srli_epi16::<4>(bits), m4);
+                for u in 0..N {
+                    let q8 = qs[u].add(QK_K * i + 64 * j);
+                    let p16l = _mm256_madd_epi16(scale_l, _mm256_maddubs_epi16(q4l, load(q8)));
+                    let p16h =
+                        _mm256_madd_epi16(scale_h, _mm256_maddubs_epi16(q4h, load(q8.add(32))));
+                    sumi[u] = _mm256_add_epi32(sumi[u], _mm256_add_epi32(p16l, p16h));
                 }
-                acc[u] = _mm256_fmadd_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(sumi), acc[u]);
+            }
+            for u in 0..N {
+                let xdi = *d8[u].add(i);
+                let (d, dmin) = (xdi * xd, -xdi * xmin);
+                let (_, prod) = mins_and_scales(&sm, bs[u].add(16 * i));
+                acc_m[u] = _mm_fmadd_ps(_mm_set1_ps(dmin), _mm_cvtepi32_ps(prod), acc_m[u]);
+                acc[u] = _mm256_fmadd_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(sumi[u]), acc[u]);
             }
         }
         std::array::from_fn(|u| {
@@ -70,7 +69,7 @@ mod avx2 {
     }
 
     #[target_feature(enable = "avx2,fma,f16c")]
-    pub unsafe fn dot_q6_k_x4(row: &[u8], a: [&Q8KRow; X4]) -> [f32; X4] {
+    pub unsafe fn dot_q6_k_n<const N: usize>(row: &[u8], a: [&Q8KRow; N]) -> [f32; N] {
         let nb = row.len() / Q6_K_BYTES;
         a.iter().for_each(|x| check(x, nb));
         let (m4, m2, m32s) = (
@@ -78,12 +77,12 @@ mod avx2 {
             _mm256_set1_epi8(3),
             _mm256_set1_epi8(32),
         );
-        let mut acc = [_mm256_setzero_ps(); X4];
+        let mut acc = [_mm256_setzero_ps(); N];
         for i in 0..nb {
             let p = row.as_ptr().add(i * Q6_K_BYTES);
             let dw = f16_at(&row[i * Q6_K_BYTES..], 208);
             let scales = _mm_loadu_si128(p.add(192) as *const __m128i);
-            let mut sumi = [_mm256_setzero_si256(); X4];
+            let mut sumi = [_mm256_setzero_si256(); N];
             for j in 0..2 {
                 let bits1 = load(p.add(64 * j));
                 let bits2 = load(p.add(64 * j + 32));
@@ -129,68 +128,89 @@ mod avx2 {
     }
 }
 
-/// Four tokens' dots of one weight row, where this CPU has a kernel for its type.
-pub type DotX4 = fn(&[u8], [&Q8KRow; X4]) -> [f32; X4];
+/// One weight row against every token of `a` into `out`: groups of eight and of four (a last
+/// three padded to four, the pad unwritten) on the many-token kernels, any rest on `one`.
+pub type DotMany = fn(&[u8], &[Q8KRow], &mut [f32]);
 
-/// A Q4_K row against four tokens (the fast k-quant kernels must be available).
-pub fn dot_q4_k_x4(row: &[u8], a: [&Q8KRow; X4]) -> [f32; X4] {
-    assert!(super::qdot_k::has_fast_k_quants(), "dot_q4_k_x4 needs AVX2");
-    // SAFETY: the features were checked above; lengths are checked inside.
-    #[cfg(target_arch = "x86_64")]
-    return unsafe { avx2::dot_q4_k_x4(row, a) };
-    #[cfg(not(target_arch = "x86_64"))]
-    unreachable!("{row:?} {}", a.len())
+#[cfg(target_arch = "x86_64")]
+macro_rules! many {
+    ($name:ident, $n:ident, $one:path) => {
+        /// See [`DotMany`] (the fast k-quant kernels must be available).
+        pub fn $name(row: &[u8], a: &[Q8KRow], out: &mut [f32]) {
+            assert!(
+                super::qdot_k::has_fast_k_quants(),
+                "many-token k-quant dots need AVX2"
+            );
+            assert!(out.len() >= a.len(), "one output per token");
+            let mut j = 0;
+            while j < a.len() {
+                let g = &a[j..];
+                // SAFETY: the features were checked above; lengths are checked inside.
+                unsafe {
+                    if g.len() >= 8 {
+                        let y = avx2::$n::<8>(row, std::array::from_fn(|u| &g[u]));
+                        out[j..j + 8].copy_from_slice(&y);
+                        j += 8;
+                    } else if g.len() >= X4 - 1 {
+                        let y = avx2::$n::<4>(row, std::array::from_fn(|u| &g[u.min(g.len() - 1)]));
+                        let live = g.len().min(X4);
+                        out[j..j + live].copy_from_slice(&y[..live]);
+                        j += live;
+                    } else {
+                        out[j] = $one(row, &g[0]);
+                        j += 1;
+                    }
+                }
+            }
+        }
+    };
 }
 
-/// A Q6_K row against four tokens (the fast k-quant kernels must be available).
-pub fn dot_q6_k_x4(row: &[u8], a: [&Q8KRow; X4]) -> [f32; X4] {
-    assert!(super::qdot_k::has_fast_k_quants(), "dot_q6_k_x4 needs AVX2");
-    // SAFETY: the features were checked above; lengths are checked inside.
-    #[cfg(target_arch = "x86_64")]
-    return unsafe { avx2::dot_q6_k_x4(row, a) };
-    #[cfg(not(target_arch = "x86_64"))]
-    unreachable!("{row:?} {}", a.len())
-}
+#[cfg(target_arch = "x86_64")]
+many!(dot_q4_k_many, dot_q4_k_n, super::qdot_k::dot_q4_k);
+#[cfg(target_arch = "x86_64")]
+many!(dot_q6_k_many, dot_q6_k_n, super::qdot_k::dot_q6_k);
 
-#[cfg(test)]
+#[cfg(all(test, target_arch = "x86_64"))]
 mod tests {
     use super::*;
     use crate::kernels::qdot_k::{dot_q4_k, dot_q6_k, has_fast_k_quants, Q8KAct};
     use crate::quant::GgmlType;
 
-    /// Each of the four tokens gets exactly decode's single-token result.
+    /// Every token of a batch of 1 to 13 (groups of eight, four, three padded, ones left
+    /// alone) gets exactly decode's single-token result.
     #[test]
-    fn four_tokens_get_the_bits_of_four_row_dots() {
+    fn many_tokens_get_the_bits_of_one_row_dot_each() {
         if !has_fast_k_quants() {
-            eprintln!("no AVX2 here: the four-token kernels are not used");
+            eprintln!("no AVX2 here: the many-token kernels are not used");
             return;
         }
-        let k = 768;
-        let x = crate::kernels::test_data(X4 * k, 9);
+        let (k, tmax) = (768, 13);
+        let x = crate::kernels::test_data(tmax * k, 9);
         let mut q = Q8KAct::default();
         q.quantize(&x);
         let nb = k / QK_K;
-        let rows: Vec<Q8KRow> = (0..X4).map(|t| q.token(t, nb)).collect();
-        let pick = [&rows[0], &rows[1], &rows[2], &rows[3]];
-        for (ty, one, four) in [
-            (
-                GgmlType::Q4_K,
-                dot_q4_k as fn(&[u8], &Q8KRow) -> f32,
-                dot_q4_k_x4 as DotX4,
-            ),
-            (GgmlType::Q6_K, dot_q6_k, dot_q6_k_x4),
+        let toks: Vec<Q8KRow> = (0..tmax).map(|t| q.token(t, nb)).collect();
+        type One = fn(&[u8], &Q8KRow) -> f32;
+        for (ty, one, many) in [
+            (GgmlType::Q4_K, dot_q4_k as One, dot_q4_k_many as DotMany),
+            (GgmlType::Q6_K, dot_q6_k, dot_q6_k_many),
         ] {
             let w = crate::kernels::test_matrix(ty, 3, k, 11);
             let rb = w.len() / 3;
             for r in 0..3 {
                 let row = &w[r * rb..(r + 1) * rb];
-                let got = four(row, pick);
-                for (u, g) in got.iter().enumerate() {
-                    assert_eq!(
-                        g.to_bits(),
-                        one(row, pick[u]).to_bits(),
-                        "{ty} row {r} token {u}"
-                    );
+                for t in 1..=tmax {
+                    let mut out = vec![f32::NAN; t];
+                    many(row, &toks[..t], &mut out);
+                    for (u, g) in out.iter().enumerate() {
+                        let want = one(row, &toks[u]);
+                        assert_eq!(
+                            g.to_bits(),
+                            want.to_bits(),
+                            "{ty} row {r}, {t} tokens, token {u}"
+                        );
+                    }
                 }
             }
         }

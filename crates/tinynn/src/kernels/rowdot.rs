@@ -8,7 +8,7 @@ use super::act_split::SplitAct;
 use super::f16dot::{dot_f16, has_fast_f16};
 use super::qdot::has_fast_q4_1;
 use super::qdot_k::{dot_q4_k, dot_q5_k, dot_q6_k, has_fast_k_quants, Q8KAct, Q8KRow};
-use super::qdot_k_x4::{dot_q4_k_x4, dot_q6_k_x4, DotX4, X4};
+use super::qdot_k_x4::DotMany;
 use super::qdot_split::{coarse_dot, split_dots, CoarseDot, SplitDots};
 use super::repack::Packed;
 use super::{qgemm, OutPtr, QMat};
@@ -27,7 +27,7 @@ pub(super) enum RowDot {
     /// The legacy types: both planes, and the coarse plane alone (`coarse_activations`).
     Q8_1(SplitDots, CoarseDot),
     /// The k-quants against Q8_K: decode's row dot, and a four-token one for small batches.
-    Q8K(DotK, Option<DotX4>),
+    Q8K(DotK, Option<DotMany>),
     /// f16 weights against x rounded to f16 (ggml's F16 `vec_dot_type`).
     F16,
 }
@@ -45,9 +45,9 @@ impl RowDot {
             Q4_0 | Q4_1 | Q5_0 | Q5_1 | Q8_0 if q8_1 => {
                 Some(Self::Q8_1(split_dots(w.ty)?, coarse_dot(w.ty)?))
             }
-            Q4_K if q8k => Some(Self::Q8K(dot_q4_k, Some(dot_q4_k_x4))),
+            Q4_K if q8k => Some(Self::Q8K(dot_q4_k, many_k(GgmlType::Q4_K))),
             Q5_K if q8k => Some(Self::Q8K(dot_q5_k, None)),
-            Q6_K if q8k => Some(Self::Q8K(dot_q6_k, Some(dot_q6_k_x4))),
+            Q6_K if q8k => Some(Self::Q8K(dot_q6_k, many_k(GgmlType::Q6_K))),
             F16 if has_fast_f16() => Some(Self::F16),
             _ => None,
         }
@@ -284,33 +284,44 @@ unsafe fn q8k_rows(
     rows: Range<usize>,
     q: &Q8KAct,
     t: usize,
-    (f, f4): (DotK, Option<DotX4>),
+    (f, fm): (DotK, Option<DotMany>),
     out: OutPtr,
 ) {
     let nb = w.cols / QK_K;
     for j0 in (0..t).step_by(Q8K_TOKENS) {
         let j1 = (j0 + Q8K_TOKENS).min(t);
         let toks: Vec<Q8KRow> = (j0..j1).map(|j| q.token(j, nb)).collect();
+        let mut ys = [0f32; Q8K_TOKENS];
         for r in rows.clone() {
             let row = w.row(r);
-            let mut j = j0;
-            if let Some(f4) = f4 {
-                // four tokens a call: the weight block is unpacked once for them
-                // (a last group of three takes it too, its fourth lane a repeat, unwritten)
-                for g in toks.chunks(X4).filter(|g| g.len() >= X4 - 1) {
-                    let ys = f4(row, [&g[0], &g[1], &g[2], &g[g.len() - 1]]);
-                    for (u, y) in ys.into_iter().take(g.len()).enumerate() {
-                        *out.at((j + u) * w.rows + r) = y;
-                    }
-                    j += g.len();
-                }
+            match fm {
+                // several tokens a call: each weight block is unpacked once for them
+                Some(fm) => fm(row, &toks, &mut ys),
+                None => ys
+                    .iter_mut()
+                    .zip(&toks)
+                    .for_each(|(y, tok)| *y = f(row, tok)),
             }
-            for tok in &toks[j - j0..] {
-                *out.at(j * w.rows + r) = f(row, tok);
-                j += 1;
+            for (j, y) in (j0..j1).zip(&ys) {
+                *out.at(j * w.rows + r) = *y;
             }
         }
     }
+}
+
+/// The many-token kernel of a k-quant type, where this CPU has one.
+fn many_k(ty: GgmlType) -> Option<DotMany> {
+    #[cfg(target_arch = "x86_64")]
+    if has_fast_k_quants() {
+        use super::qdot_k_x4::{dot_q4_k_many, dot_q6_k_many};
+        return match ty {
+            GgmlType::Q4_K => Some(dot_q4_k_many),
+            GgmlType::Q6_K => Some(dot_q6_k_many),
+            _ => None,
+        };
+    }
+    let _ = ty;
+    None
 }
 
 /// Products on repacked weights (every `ws[i].packed` is set): X converted once for the
