@@ -6,9 +6,11 @@
 //! the bits of `qdot_k::dot_q4_k` / `dot_q6_k` alone (ggml-cpu/arch/x86/quants.c's
 //! `ggml_vec_dot_q4_K_q8_K` / `ggml_vec_dot_q6_K_q8_K`).
 
-use super::qdot_k::{scales_mins_k4, Q8KRow, Q4_K_BYTES, Q6_K_BYTES};
+use super::qdot_k::{scales_mins_k4, Q8KAct, Q8KRow, Q4_K_BYTES, Q6_K_BYTES};
 use crate::quant::float::f16_at;
+use crate::quant::GgmlType;
 use crate::quant::QK_K;
+use std::ops::Range;
 
 /// Tokens of the smaller group.
 const X4: usize = 4;
@@ -128,6 +130,9 @@ mod avx2 {
     }
 }
 
+/// A k-quant row against one token of Q8_K activations (decode's row dot).
+pub type DotOne = fn(&[u8], &Q8KRow) -> f32;
+
 /// One weight row against every token of `a` into `out`: groups of eight and of four (a last
 /// three padded to four, the pad unwritten) on the many-token kernels, any rest on `one`.
 pub type DotMany = fn(&[u8], &[Q8KRow], &mut [f32]);
@@ -170,6 +175,53 @@ macro_rules! many {
 many!(dot_q4_k_many, dot_q4_k_n, super::qdot_k::dot_q4_k);
 #[cfg(target_arch = "x86_64")]
 many!(dot_q6_k_many, dot_q6_k_n, super::qdot_k::dot_q6_k);
+
+/// Tokens per block of [`q8k_rows`]: their Q8_K rows (K bytes each) stay in L2 while a task's
+/// weight rows stay in L1.
+const Q8K_TOKENS: usize = 32;
+
+/// Weight rows `rows` (`row(r)` their bytes) against every token of the Q8_K activations `q`
+/// (T tokens of `nb` blocks), each on decode's row dot `f` or the many-token `fm`, so a token's
+/// result does not depend on the batch: `put(token, row, y)`.
+pub(super) fn q8k_rows<'a>(
+    row: impl Fn(usize) -> &'a [u8],
+    rows: Range<usize>,
+    (q, nb, t): (&Q8KAct, usize, usize),
+    (f, fm): (DotOne, Option<DotMany>),
+    mut put: impl FnMut(usize, usize, f32),
+) {
+    for j0 in (0..t).step_by(Q8K_TOKENS) {
+        let j1 = (j0 + Q8K_TOKENS).min(t);
+        let toks: Vec<Q8KRow> = (j0..j1).map(|j| q.token(j, nb)).collect();
+        let mut ys = [0f32; Q8K_TOKENS];
+        for r in rows.clone() {
+            let w = row(r);
+            match fm {
+                // several tokens a call: each weight block is unpacked once for them
+                Some(fm) => fm(w, &toks, &mut ys),
+                None => ys.iter_mut().zip(&toks).for_each(|(y, tok)| *y = f(w, tok)),
+            }
+            for (j, y) in (j0..j1).zip(&ys) {
+                put(j, r, *y);
+            }
+        }
+    }
+}
+
+/// The many-token kernel of a k-quant type, where this CPU has one.
+pub(super) fn many_k(ty: GgmlType) -> Option<DotMany> {
+    #[cfg(target_arch = "x86_64")]
+    if super::qdot_k::has_fast_k_quants() {
+        use super::qdot_k_x4::{dot_q4_k_many, dot_q6_k_many};
+        return match ty {
+            GgmlType::Q4_K => Some(dot_q4_k_many),
+            GgmlType::Q6_K => Some(dot_q6_k_many),
+            _ => None,
+        };
+    }
+    let _ = ty;
+    None
+}
 
 #[cfg(all(test, target_arch = "x86_64"))]
 mod tests {

@@ -7,8 +7,8 @@
 use super::act_split::SplitAct;
 use super::f16dot::{dot_f16, has_fast_f16};
 use super::qdot::has_fast_q4_1;
-use super::qdot_k::{dot_q4_k, dot_q5_k, dot_q6_k, has_fast_k_quants, Q8KAct, Q8KRow};
-use super::qdot_k_x4::DotMany;
+use super::qdot_k::{dot_q4_k, dot_q5_k, dot_q6_k, has_fast_k_quants, Q8KAct};
+use super::qdot_k_x4::{many_k, q8k_rows, DotMany, DotOne};
 use super::qdot_split::{coarse_dot, split_dots, CoarseDot, SplitDots};
 use super::repack::Packed;
 use super::{qgemm, OutPtr, QMat};
@@ -17,9 +17,6 @@ use rayon::prelude::*;
 use std::cell::RefCell;
 use std::ops::Range;
 
-/// A k-quant row against one token of Q8_K activations.
-type DotK = fn(&[u8], &Q8KRow) -> f32;
-
 /// Decode's integer row dot for a weight type: which 8-bit form of x it reads, and the kernel.
 #[derive(Clone, Copy)]
 pub(super) enum RowDot {
@@ -27,7 +24,7 @@ pub(super) enum RowDot {
     /// The legacy types: both planes, and the coarse plane alone (`coarse_activations`).
     Q8_1(SplitDots, CoarseDot),
     /// The k-quants against Q8_K: decode's row dot, and a four-token one for small batches.
-    Q8K(DotK, Option<DotMany>),
+    Q8K(DotOne, Option<DotMany>),
     /// f16 weights against x rounded to f16 (ggml's F16 `vec_dot_type`).
     F16,
 }
@@ -245,8 +242,15 @@ pub(super) fn int8_many(ws: &[QMat], x: &[f32], t: usize, ys: &mut [&mut [f32]],
                 }
             } else if let Some(RowDot::Q8K(f, f4)) = dots.get(i).copied() {
                 // a batch of k-quant products on decode's row dots
-                // SAFETY: this task alone writes columns r0..r0+nr of this Y (T, N).
-                unsafe { q8k_rows(w, r0..r0 + nr, &acts.q8k, t, (f, f4), out) };
+                let q = (&acts.q8k, w.cols / QK_K, t);
+                q8k_rows(
+                    |r| w.row(r),
+                    r0..r0 + nr,
+                    q,
+                    (f, f4),
+                    // SAFETY: this task alone writes columns r0..r0+nr of this Y (T, N).
+                    |j, r, y| unsafe { *out.at(j * w.rows + r) = y },
+                );
             } else if let RowDot::Q8_1(f, c) = dots.get(i).copied().unwrap_or(RowDot::F16) {
                 // a small batch (t < ROW_DOT_BATCH): each token on decode's row dot
                 let mut ys = [0f32; ROW_DOT_BATCH];
@@ -268,60 +272,6 @@ pub(super) fn int8_many(ws: &[QMat], x: &[f32], t: usize, ys: &mut [&mut [f32]],
             }
         });
     })
-}
-
-/// Tokens per block of [`q8k_rows`]: their Q8_K rows (K bytes each) stay in L2 while a task's
-/// weight rows stay in L1.
-const Q8K_TOKENS: usize = 32;
-
-/// Rows `rows` of `w` against every token of the Q8_K activations `q` (T, K), each on decode's
-/// row dot `f`, so a token's result does not depend on the batch: Y (T, N) at `out`.
-///
-/// # Safety
-/// `out` must hold (T, N) and no one else may write columns `rows` of it.
-unsafe fn q8k_rows(
-    w: &QMat,
-    rows: Range<usize>,
-    q: &Q8KAct,
-    t: usize,
-    (f, fm): (DotK, Option<DotMany>),
-    out: OutPtr,
-) {
-    let nb = w.cols / QK_K;
-    for j0 in (0..t).step_by(Q8K_TOKENS) {
-        let j1 = (j0 + Q8K_TOKENS).min(t);
-        let toks: Vec<Q8KRow> = (j0..j1).map(|j| q.token(j, nb)).collect();
-        let mut ys = [0f32; Q8K_TOKENS];
-        for r in rows.clone() {
-            let row = w.row(r);
-            match fm {
-                // several tokens a call: each weight block is unpacked once for them
-                Some(fm) => fm(row, &toks, &mut ys),
-                None => ys
-                    .iter_mut()
-                    .zip(&toks)
-                    .for_each(|(y, tok)| *y = f(row, tok)),
-            }
-            for (j, y) in (j0..j1).zip(&ys) {
-                *out.at(j * w.rows + r) = *y;
-            }
-        }
-    }
-}
-
-/// The many-token kernel of a k-quant type, where this CPU has one.
-fn many_k(ty: GgmlType) -> Option<DotMany> {
-    #[cfg(target_arch = "x86_64")]
-    if has_fast_k_quants() {
-        use super::qdot_k_x4::{dot_q4_k_many, dot_q6_k_many};
-        return match ty {
-            GgmlType::Q4_K => Some(dot_q4_k_many),
-            GgmlType::Q6_K => Some(dot_q6_k_many),
-            _ => None,
-        };
-    }
-    let _ = ty;
-    None
 }
 
 /// Products on repacked weights (every `ws[i].packed` is set): X converted once for the
