@@ -268,11 +268,60 @@ pub(super) mod avx2 {
         (ms, _mm_madd_epi16(_mm256_extracti128_si256::<1>(ms), q8s))
     }
 
+    /// Q4_K's 64 weights `j` of the block at `p` as low and high nibbles (32 each).
+    #[inline(always)]
+    pub(in crate::kernels) unsafe fn q4_k_nibbles(p: *const u8, j: usize) -> [__m256i; 2] {
+        let (m4, bits) = (_mm256_set1_epi8(0x0F), load(p.add(16 + 32 * j)));
+        [
+            _mm256_and_si256(bits, m4),
+            _mm256_and_si256(_mm256_srli_epi16::<4>(bits), m4),
+        ]
+    }
+
+    /// Q4_K's result from its per-lane sums and its mins' four lanes (`hsum_float_8` + the
+    /// mins' horizontal sum, in ggml's order).
+    #[inline(always)]
+    pub(in crate::kernels) unsafe fn q4_k_total(acc: __m256, acc_m: __m128) -> f32 {
+        let acc_m = _mm_add_ps(acc_m, _mm_movehl_ps(acc_m, acc_m));
+        let acc_m = _mm_add_ss(acc_m, _mm_movehdup_ps(acc_m));
+        hsum8(acc) + _mm_cvtss_f32(acc_m)
+    }
+
+    /// Q6_K's 128 weights `j` of the block at `p` as four runs of 32 unsigned 6-bit values.
+    #[inline(always)]
+    pub(in crate::kernels) unsafe fn q6_k_values(p: *const u8, j: usize) -> [__m256i; 4] {
+        let (m4, m2) = (_mm256_set1_epi8(0x0F), _mm256_set1_epi8(3));
+        let bits1 = load(p.add(64 * j));
+        let bits2 = load(p.add(64 * j + 32));
+        let hb = load(p.add(128 + 32 * j));
+        let high = |s: i32| {
+            let h = _mm256_srl_epi16(hb, _mm_cvtsi32_si128(s));
+            _mm256_slli_epi16::<4>(_mm256_and_si256(h, m2))
+        };
+        [
+            _mm256_or_si256(_mm256_and_si256(bits1, m4), high(0)),
+            _mm256_or_si256(_mm256_and_si256(bits2, m4), high(2)),
+            _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16::<4>(bits1), m4), high(4)),
+            _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16::<4>(bits2), m4), high(6)),
+        ]
+    }
+
+    /// Q6_K's scales of run `is` widened to i16: ggml's get_scale_shuffle(is), scale 2is for
+    /// elements 0..16, 2is+1 for 16..32.
+    #[inline(always)]
+    pub(in crate::kernels) unsafe fn q6_k_scale(scales: __m128i, is: usize) -> __m256i {
+        let is = is as i64;
+        let ctl = _mm_set_epi64x(
+            0x0101010101010101 * (2 * is + 1),
+            0x0101010101010101 * (2 * is),
+        );
+        _mm256_cvtepi8_epi16(_mm_shuffle_epi8(scales, ctl))
+    }
+
     #[target_feature(enable = "avx2,fma,f16c")]
     pub unsafe fn dot_q4_k(row: &[u8], a: &Q8KRow) -> f32 {
         let nb = row.len() / Q4_K_BYTES;
         check(a, nb);
-        let m4 = _mm256_set1_epi8(0x0F);
         let (mut acc, mut acc_m) = (_mm256_setzero_ps(), _mm_setzero_ps());
         for i in 0..nb {
             let p = row.as_ptr().add(i * Q4_K_BYTES);
@@ -287,9 +336,7 @@ pub(super) mod avx2 {
                 // = ggml's shuffle of the widened scales with get_scale_shuffle_k4(2j, 2j+1)
                 let scale_l = _mm256_set1_epi16(sm[2 * j] as i16);
                 let scale_h = _mm256_set1_epi16(sm[2 * j + 1] as i16);
-                let bits = load(p.add(16 + 32 * j));
-                let q4l = _mm256_and_si256(bits, m4);
-                let q4h = _mm256_and_si256(_mm256_srli_epi16::<4>(bits), m4);
+                let [q4l, q4h] = q4_k_nibbles(p, j);
                 let p16l =
                     _mm256_madd_epi16(scale_l, _mm256_maddubs_epi16(q4l, load(q8.add(64 * j))));
                 let p16h = _mm256_madd_epi16(
@@ -300,9 +347,7 @@ pub(super) mod avx2 {
             }
             acc = _mm256_fmadd_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(sumi), acc);
         }
-        acc_m = _mm_add_ps(acc_m, _mm_movehl_ps(acc_m, acc_m));
-        acc_m = _mm_add_ss(acc_m, _mm_movehdup_ps(acc_m));
-        hsum8(acc) + _mm_cvtss_f32(acc_m)
+        q4_k_total(acc, acc_m)
     }
 
     /// Q5_K's fifth bits for one run of 32: ggml's ((qh & hmask) >> bit) << 4, hmask = 1 << bit.
@@ -352,11 +397,7 @@ pub(super) mod avx2 {
     pub unsafe fn dot_q6_k(row: &[u8], a: &Q8KRow) -> f32 {
         let nb = row.len() / Q6_K_BYTES;
         check(a, nb);
-        let (m4, m2, m32s) = (
-            _mm256_set1_epi8(0x0F),
-            _mm256_set1_epi8(3),
-            _mm256_set1_epi8(32),
-        );
+        let m32s = _mm256_set1_epi8(32);
         let mut acc = _mm256_setzero_ps();
         for i in 0..nb {
             let p = row.as_ptr().add(i * Q6_K_BYTES);
@@ -365,22 +406,7 @@ pub(super) mod avx2 {
             let q8 = a.qs.as_ptr().add(QK_K * i) as *const u8;
             let mut sumi = _mm256_setzero_si256();
             for j in 0..2 {
-                let bits1 = load(p.add(64 * j));
-                let bits2 = load(p.add(64 * j + 32));
-                let hb = load(p.add(128 + 32 * j));
-                let q4h_0 = _mm256_slli_epi16::<4>(_mm256_and_si256(hb, m2));
-                let q4h_1 =
-                    _mm256_slli_epi16::<4>(_mm256_and_si256(_mm256_srli_epi16::<2>(hb), m2));
-                let q4h_2 =
-                    _mm256_slli_epi16::<4>(_mm256_and_si256(_mm256_srli_epi16::<4>(hb), m2));
-                let q4h_3 =
-                    _mm256_slli_epi16::<4>(_mm256_and_si256(_mm256_srli_epi16::<6>(hb), m2));
-                let q6 = [
-                    _mm256_or_si256(_mm256_and_si256(bits1, m4), q4h_0),
-                    _mm256_or_si256(_mm256_and_si256(bits2, m4), q4h_1),
-                    _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16::<4>(bits1), m4), q4h_2),
-                    _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16::<4>(bits2), m4), q4h_3),
-                ];
+                let q6 = q6_k_values(p, j);
                 let mut p16 = [_mm256_setzero_si256(); 4];
                 for k in 0..4 {
                     let x = load(q8.add(128 * j + 32 * k));
@@ -389,14 +415,7 @@ pub(super) mod avx2 {
                         _mm256_maddubs_epi16(q6[k], x),
                         _mm256_maddubs_epi16(m32s, x),
                     );
-                    // get_scale_shuffle(is): scale 2is for elements 0..16, 2is+1 for 16..32
-                    let is = (4 * j + k) as i64;
-                    let ctl = _mm_set_epi64x(
-                        0x0101010101010101 * (2 * is + 1),
-                        0x0101010101010101 * (2 * is),
-                    );
-                    let scale = _mm256_cvtepi8_epi16(_mm_shuffle_epi8(scales, ctl));
-                    p16[k] = _mm256_madd_epi16(scale, prod);
+                    p16[k] = _mm256_madd_epi16(q6_k_scale(scales, 4 * j + k), prod);
                 }
                 sumi = _mm256_add_epi32(sumi, _mm256_add_epi32(p16[0], p16[1]));
                 sumi = _mm256_add_epi32(sumi, _mm256_add_epi32(p16[2], p16[3]));

@@ -1,12 +1,13 @@
 //! Q4_K and Q6_K rows against several tokens of Q8_K activations at once (eight, or four), for
 //! small batches (a speculative verify step, several sequences decoding together) on AVX2: each
 //! 32 weights are unpacked once and multiplied into every token's integer sum, where one call
-//! of decode's row dot (`qdot_k`) per token unpacks them again each time. Per token the operations are decode's, in its order
-//! (exact integer sums, then one fma per block and lane, then `hsum8`), so every token gets
+//! of decode's row dot (`qdot_k`) per token unpacks them again each time. Per token the
+//! operations are decode's, in its order (exact integer sums, then one fma per block and lane,
+//! then `hsum8`), with the unpacking and the sums' ends shared with `qdot_k`, so every token gets
 //! the bits of `qdot_k::dot_q4_k` / `dot_q6_k` alone (ggml-cpu/arch/x86/quants.c's
 //! `ggml_vec_dot_q4_K_q8_K` / `ggml_vec_dot_q6_K_q8_K`).
 
-use super::qdot_k::{scales_mins_k4, Q8KAct, Q8KRow, Q4_K_BYTES, Q6_K_BYTES};
+use super::qdot_k::{scales_mins_k4, Q8KRow, Q4_K_BYTES, Q6_K_BYTES};
 use crate::quant::float::f16_at;
 use crate::quant::GgmlType;
 use crate::quant::QK_K;
@@ -19,7 +20,9 @@ const X4: usize = 4;
 mod avx2 {
     use super::*;
     use crate::kernels::qdot::hsum8;
-    use crate::kernels::qdot_k::avx2::{check, f16x2, load, mins_and_scales};
+    use crate::kernels::qdot_k::avx2::{
+        check, f16x2, load, mins_and_scales, q4_k_nibbles, q4_k_total, q6_k_scale, q6_k_values,
+    };
     use std::arch::x86_64::*;
 
     #[target_feature(enable = "avx2,fma,f16c")]
@@ -31,7 +34,6 @@ mod avx2 {
             a.map(|x| x.bsums.as_ptr()),
             a.map(|x| x.qs.as_ptr() as *const u8),
         );
-        let m4 = _mm256_set1_epi8(0x0F);
         let mut acc = [_mm256_setzero_ps(); N];
         let mut acc_m = [_mm_setzero_ps(); N];
         for i in 0..nb {
@@ -43,9 +45,7 @@ mod avx2 {
             for j in 0..4 {
                 let scale_l = _mm256_set1_epi16(sm[2 * j] as i16);
                 let scale_h = _mm256_set1_epi16(sm[2 * j + 1] as i16);
-                let bits = load(p.add(16 + 32 * j));
-                let q4l = _mm256_and_si256(bits, m4);
-                let q4h = _mm256_and_si256(_mm256_srli_epi16::<4>(bits), m4);
+                let [q4l, q4h] = q4_k_nibbles(p, j);
                 for u in 0..N {
                     let q8 = qs[u].add(QK_K * i + 64 * j);
                     let p16l = _mm256_madd_epi16(scale_l, _mm256_maddubs_epi16(q4l, load(q8)));
@@ -62,23 +62,14 @@ mod avx2 {
                 acc[u] = _mm256_fmadd_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(sumi[u]), acc[u]);
             }
         }
-        std::array::from_fn(|u| {
-            let mut m = acc_m[u];
-            m = _mm_add_ps(m, _mm_movehl_ps(m, m));
-            m = _mm_add_ss(m, _mm_movehdup_ps(m));
-            hsum8(acc[u]) + _mm_cvtss_f32(m)
-        })
+        std::array::from_fn(|u| q4_k_total(acc[u], acc_m[u]))
     }
 
     #[target_feature(enable = "avx2,fma,f16c")]
     pub unsafe fn dot_q6_k_n<const N: usize>(row: &[u8], a: [&Q8KRow; N]) -> [f32; N] {
         let nb = row.len() / Q6_K_BYTES;
         a.iter().for_each(|x| check(x, nb));
-        let (m4, m2, m32s) = (
-            _mm256_set1_epi8(0x0F),
-            _mm256_set1_epi8(3),
-            _mm256_set1_epi8(32),
-        );
+        let m32s = _mm256_set1_epi8(32);
         let mut acc = [_mm256_setzero_ps(); N];
         for i in 0..nb {
             let p = row.as_ptr().add(i * Q6_K_BYTES);
@@ -86,27 +77,8 @@ mod avx2 {
             let scales = _mm_loadu_si128(p.add(192) as *const __m128i);
             let mut sumi = [_mm256_setzero_si256(); N];
             for j in 0..2 {
-                let bits1 = load(p.add(64 * j));
-                let bits2 = load(p.add(64 * j + 32));
-                let hb = load(p.add(128 + 32 * j));
-                let high = |s: i32| {
-                    let h = _mm256_srl_epi16(hb, _mm_cvtsi32_si128(s));
-                    _mm256_slli_epi16::<4>(_mm256_and_si256(h, m2))
-                };
-                let q6 = [
-                    _mm256_or_si256(_mm256_and_si256(bits1, m4), high(0)),
-                    _mm256_or_si256(_mm256_and_si256(bits2, m4), high(2)),
-                    _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16::<4>(bits1), m4), high(4)),
-                    _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16::<4>(bits2), m4), high(6)),
-                ];
-                let scale: [__m256i; 4] = std::array::from_fn(|k| {
-                    let is = (4 * j + k) as i64;
-                    let ctl = _mm_set_epi64x(
-                        0x0101010101010101 * (2 * is + 1),
-                        0x0101010101010101 * (2 * is),
-                    );
-                    _mm256_cvtepi8_epi16(_mm_shuffle_epi8(scales, ctl))
-                });
+                let q6 = q6_k_values(p, j);
+                let scale: [__m256i; 4] = std::array::from_fn(|k| q6_k_scale(scales, 4 * j + k));
                 for (u, x) in a.iter().enumerate() {
                     let q8 = x.qs.as_ptr().add(QK_K * i) as *const u8;
                     let p16: [__m256i; 4] = std::array::from_fn(|k| {
@@ -180,29 +152,28 @@ many!(dot_q6_k_many, dot_q6_k_n, super::qdot_k::dot_q6_k);
 /// weight rows stay in L1.
 const Q8K_TOKENS: usize = 32;
 
-/// Weight rows `rows` (`row(r)` their bytes) against every token of the Q8_K activations `q`
-/// (T tokens of `nb` blocks), each on decode's row dot `f` or the many-token `fm`, so a token's
-/// result does not depend on the batch: `put(token, row, y)`.
+/// Weight rows `rows` (`row(r)` their bytes) against every token's Q8_K blocks `toks`, each
+/// on decode's row dot `f` or the many-token `fm`, so a token's result does not depend on the
+/// batch: `put(token, row, y)`.
 pub(super) fn q8k_rows<'a>(
     row: impl Fn(usize) -> &'a [u8],
     rows: Range<usize>,
-    (q, nb, t): (&Q8KAct, usize, usize),
+    toks: &[Q8KRow],
     (f, fm): (DotOne, Option<DotMany>),
     mut put: impl FnMut(usize, usize, f32),
 ) {
-    for j0 in (0..t).step_by(Q8K_TOKENS) {
-        let j1 = (j0 + Q8K_TOKENS).min(t);
-        let toks: Vec<Q8KRow> = (j0..j1).map(|j| q.token(j, nb)).collect();
-        let mut ys = [0f32; Q8K_TOKENS];
+    let mut ys = [0f32; Q8K_TOKENS];
+    for (c, block) in toks.chunks(Q8K_TOKENS).enumerate() {
+        let j0 = c * Q8K_TOKENS;
         for r in rows.clone() {
             let w = row(r);
             match fm {
                 // several tokens a call: each weight block is unpacked once for them
-                Some(fm) => fm(w, &toks, &mut ys),
-                None => ys.iter_mut().zip(&toks).for_each(|(y, tok)| *y = f(w, tok)),
+                Some(fm) => fm(w, block, &mut ys),
+                None => ys.iter_mut().zip(block).for_each(|(y, tok)| *y = f(w, tok)),
             }
-            for (j, y) in (j0..j1).zip(&ys) {
-                put(j, r, *y);
+            for (u, y) in ys[..block.len()].iter().enumerate() {
+                put(j0 + u, r, *y);
             }
         }
     }
@@ -212,7 +183,6 @@ pub(super) fn q8k_rows<'a>(
 pub(super) fn many_k(ty: GgmlType) -> Option<DotMany> {
     #[cfg(target_arch = "x86_64")]
     if super::qdot_k::has_fast_k_quants() {
-        use super::qdot_k_x4::{dot_q4_k_many, dot_q6_k_many};
         return match ty {
             GgmlType::Q4_K => Some(dot_q4_k_many),
             GgmlType::Q6_K => Some(dot_q6_k_many),

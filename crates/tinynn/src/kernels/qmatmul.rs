@@ -189,13 +189,7 @@ fn small_batch_dots(ws: &[QMat], t: usize) -> Option<Vec<RowDot>> {
         return None;
     }
     ws.iter()
-        .map(|w| {
-            RowDot::for_matrix(w).filter(|d| match d {
-                RowDot::Q8_1(..) => true,
-                RowDot::Q8K(..) => true,
-                RowDot::F16 => false,
-            })
-        })
+        .map(|w| RowDot::for_matrix(w).filter(|d| !matches!(d, RowDot::F16)))
         .collect()
 }
 

@@ -23,7 +23,7 @@ pub(super) enum RowDot {
     /// The legacy types against both activation planes of one token or several (`qdot_split`).
     /// The legacy types: both planes, and the coarse plane alone (`coarse_activations`).
     Q8_1(SplitDots, CoarseDot),
-    /// The k-quants against Q8_K: decode's row dot, and a four-token one for small batches.
+    /// The k-quants against Q8_K: decode's row dot, and a many-token one for small batches.
     Q8K(DotOne, Option<DotMany>),
     /// f16 weights against x rounded to f16 (ggml's F16 `vec_dot_type`).
     F16,
@@ -183,8 +183,9 @@ fn convert_then<R>(acts: &mut Acts, x: &[f32], forms: Forms, f: impl FnOnce(&Act
 }
 
 /// Batches of fewer than this many tokens through legacy-type matrices that are not repacked
-/// (all of them on AVX2), and through k-quant ones, take decode's row dots: the sequences of a decode step, and prompts
-/// and chunks under 64 tokens, then get the bits of token-by-token decoding whatever they are
+/// (all of them on AVX2), and through k-quant ones, take decode's row dots: the sequences of a
+/// decode step, and prompts and chunks under 64 tokens, then get the bits of token-by-token
+/// decoding whatever they are
 /// batched with, so a seed repeats its sample (prefill's f32 path and the VNNI tiles sum in
 /// other orders). 64, where ggml's attention changes regime too
 /// (`toy::infer::kv_cache::f16_attention`).
@@ -227,6 +228,13 @@ pub(super) fn int8_many(ws: &[QMat], x: &[f32], t: usize, ys: &mut [&mut [f32]],
             } else {
                 (Vec::new(), Vec::new())
             };
+        // and each token's Q8_K blocks, for a small batch of k-quants
+        let kt: Vec<_> = if t > 1 && dots.iter().any(|d| matches!(d, RowDot::Q8K(..))) {
+            let nbk = x.len() / t / QK_K;
+            (0..t).map(|j| acts.q8k.token(j, nbk)).collect()
+        } else {
+            Vec::new()
+        };
         let tasks: Vec<(usize, usize)> = ws
             .iter()
             .enumerate()
@@ -242,11 +250,10 @@ pub(super) fn int8_many(ws: &[QMat], x: &[f32], t: usize, ys: &mut [&mut [f32]],
                 }
             } else if let Some(RowDot::Q8K(f, f4)) = dots.get(i).copied() {
                 // a batch of k-quant products on decode's row dots
-                let q = (&acts.q8k, w.cols / QK_K, t);
                 q8k_rows(
                     |r| w.row(r),
                     r0..r0 + nr,
-                    q,
+                    &kt,
                     (f, f4),
                     // SAFETY: this task alone writes columns r0..r0+nr of this Y (T, N).
                     |j, r, y| unsafe { *out.at(j * w.rows + r) = y },
