@@ -44,7 +44,11 @@ pub mod qmatmul_t;
 pub mod repack;
 pub mod repack_f16;
 pub mod repack_k;
+#[cfg(target_arch = "x86_64")]
+mod repack_k_avx2;
 pub mod repack_q6k;
+#[cfg(target_arch = "x86_64")]
+mod repack_q6k_avx2;
 #[cfg(target_arch = "x86_64")]
 #[allow(clippy::needless_range_loop)]
 mod repack_vnni;

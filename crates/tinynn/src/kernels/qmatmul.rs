@@ -2,13 +2,15 @@
 //! A weight matrix is N rows of K elements (GGUF dims `[K, N]`), each row quantized on its own.
 //!
 //! The entry points pick a kernel per weight type and width:
-//! - weights repacked at load (`repack`: Q4_0, Q4_1, Q5_0, Q8_0, Q4_K on AVX-512 VNNI; F16 on
-//!   AVX-512 F16C): the interleaved-row kernels, decode and prefill alike;
+//! - weights repacked at load (`repack`: Q4_0, Q4_1, Q5_0, Q8_0 on AVX-512 VNNI; Q4_K on
+//!   AVX-512 VNNI or AVX2; F16 on AVX-512 F16C): the interleaved-row kernels, decode and
+//!   prefill alike;
 //! - decode (T = 1) otherwise: integer row dots on x quantized once to 8 bits (`rowdot`), for
 //!   Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q4_K, Q5_K and Q6_K;
 //! - prefill (T > 1) otherwise: AVX-512 VNNI tiles for the legacy types (`qgemm`), which sum
 //!   in the row dots' order, so a batch gives the bits of token-by-token decoding; for Q5_K and
-//!   Q6_K the interleaved k-quant kernels on rows packed per call (`repack_k`, `repack_q6k`);
+//!   Q6_K the interleaved k-quant kernels on rows packed per call (`repack_k`, `repack_q6k`,
+//!   on AVX-512 VNNI or AVX2);
 //!   batches under 64 tokens of any of these on decode's row dots (four tokens a call for
 //!   Q4_K and Q6_K), so that they get the bits of token-by-token decoding;
 //! - anything else: dequantized rows or panels and f32 products (`fallback`).
@@ -179,8 +181,8 @@ pub fn matmul_many(ws: &[QMat], x: &[f32], t: usize, ys: &mut [&mut [f32]]) {
 }
 
 /// Decode's row dots for a batch of fewer than `ROW_DOT_BATCH` tokens, when every matrix is
-/// of a type the row dots take: a legacy type or a k-quant (Q5_K and Q6_K too where VNNI
-/// has tiles for them, which sum in another order). Repacked matrices have their own kernel,
+/// of a type the row dots take: a legacy type or a k-quant (Q5_K and Q6_K too, whose
+/// interleaved tiles sum in another order). Repacked matrices have their own kernel,
 /// the same for decode and batches, checked first. A speculative verify step then scores its
 /// drafted tokens with the bits of token-by-token decoding, so greedy output does not change,
 /// without dequantizing the model to f32 or packing rows per call for a handful of tokens.
@@ -202,7 +204,11 @@ pub fn kernel_names(w: &QMat) -> (&'static str, &'static str) {
     } else if super::repack_f16::PackedF16::bytes_for(w.ty, rows, cols).is_some() {
         Some("f16, 16 interleaved rows (AVX-512 F16C)")
     } else if super::repack_k::PackedK::bytes_for(w.ty, rows, cols).is_some() {
-        Some("int8 Q4_K, 16 interleaved rows (AVX-512 VNNI)")
+        Some(if qgemm::has_vnni() {
+            "int8 Q4_K, 16 interleaved rows (AVX-512 VNNI)"
+        } else {
+            "int8 Q4_K, 16 interleaved rows (AVX2)"
+        })
     } else {
         None
     };
@@ -216,8 +222,10 @@ pub fn kernel_names(w: &QMat) -> (&'static str, &'static str) {
     };
     let prefill = if qgemm::supports(w.ty, w.cols) {
         "int8 tiles (AVX-512 VNNI)"
-    } else if k_tiles(w) {
+    } else if k_tiles(w) && qgemm::has_vnni() {
         "int8 row dots under 64 tokens (AVX2), else 16 rows interleaved per call (AVX-512 VNNI)"
+    } else if k_tiles(w) {
+        "int8 row dots under 64 tokens, else 16 rows interleaved per call (AVX2)"
     } else if RowDot::for_matrix(w).is_some_and(|d| matches!(d, RowDot::Q8K(..))) {
         "int8 row dots under 64 tokens (AVX2), else dequantize + f32 gemm"
     } else {

@@ -57,7 +57,7 @@ pub enum Packed {
     Int8(PackedQ4),
     /// F16 on the F16C kernel (`repack_f16`).
     F16(super::repack_f16::PackedF16),
-    /// Q4_K on its VNNI kernel (`repack_k`).
+    /// Q4_K on its VNNI or AVX2 kernel (`repack_k`).
     K(super::repack_k::PackedK),
 }
 

@@ -1,4 +1,5 @@
-//! Q4_K and Q5_K weights repacked at load for an output-stationary AVX-512 VNNI kernel,
+//! Q4_K and Q5_K weights repacked at load for an output-stationary AVX-512 VNNI kernel (and
+//! its AVX2 twin, `repack_k_avx2`, same bits),
 //! `repack`'s interleaved-row layout for ggml's `block_q4_K` and `block_q5_K`
 //! (`ggml-common.h`): the 16 lanes of a vector
 //! are 16 weight rows, so one `vpdpbusd` multiplies 4 nibbles of each of 16 rows by the same 4
@@ -23,15 +24,15 @@ use super::QMat;
 use crate::quant::{GgmlType, QK_K};
 
 /// Rows per group.
-const G: usize = 16;
+pub(super) const G: usize = 16;
 /// Offsets in a group-block: scales, mins, quants, Q5_K's fifth bits.
-const SCALES: usize = 64;
-const MINS: usize = SCALES + 8 * G;
-const QS: usize = MINS + 8 * G;
-const QH: usize = QS + 4 * 8 * 64;
+pub(super) const SCALES: usize = 64;
+pub(super) const MINS: usize = SCALES + 8 * G;
+pub(super) const QS: usize = MINS + 8 * G;
+pub(super) const QH: usize = QS + 4 * 8 * 64;
 
 /// Bytes per group and block.
-fn group_block_bytes(ty: GgmlType) -> usize {
+pub(super) fn group_block_bytes(ty: GgmlType) -> usize {
     if ty == GgmlType::Q5_K {
         QH + 8 * 64
     } else {
@@ -39,7 +40,7 @@ fn group_block_bytes(ty: GgmlType) -> usize {
     }
 }
 /// Tokens per tile.
-const TT: usize = 4;
+pub(super) const TT: usize = 4;
 
 #[derive(Debug)]
 pub struct PackedK {
@@ -55,7 +56,7 @@ impl PackedK {
         // Q5_K decodes faster on its AVX2 row dots than on this layout (one physical core,
         // the fifth bits cost the kernel more than they save), so only prefill packs it, on
         // the fly (`prefill_rows`)
-        let ok = ty == GgmlType::Q4_K && cols.is_multiple_of(QK_K) && super::qgemm::has_vnni();
+        let ok = ty == GgmlType::Q4_K && cols.is_multiple_of(QK_K) && has_kernel(ty);
         ok.then(|| packed_bytes(ty, rows, cols))
     }
 
@@ -125,7 +126,7 @@ impl KGroups<'_> {
     /// out[t * ldo + r].
     ///
     /// # Safety
-    /// The CPU must have the kernel (`qgemm::has_vnni`); `out` must be valid
+    /// The CPU must have a kernel (`has_kernel`); `out` must be valid
     /// for writes at `t * ldo + r` for these tokens and the rows of these groups, and owned by
     /// the caller.
     pub unsafe fn gemm_groups(
@@ -137,6 +138,7 @@ impl KGroups<'_> {
         ldo: usize,
     ) {
         assert!(act.d.len() >= tokens.end * (self.cols / QK_K));
+        let vnni = super::qgemm::has_vnni();
         #[cfg(target_arch = "x86_64")]
         super::group_tiles::for_group_tiles::<TT>(
             groups,
@@ -144,21 +146,68 @@ impl KGroups<'_> {
             self.rows,
             out,
             ldo,
-            |g, t0, tn, res| match (tn, self.ty == GgmlType::Q5_K) {
-                (4, false) => vnni::group::<4, false>(self, g, act, t0, res),
-                (3, false) => vnni::group::<3, false>(self, g, act, t0, res),
-                (2, false) => vnni::group::<2, false>(self, g, act, t0, res),
-                (_, false) => vnni::group::<1, false>(self, g, act, t0, res),
-                (4, true) => vnni::group::<4, true>(self, g, act, t0, res),
-                (3, true) => vnni::group::<3, true>(self, g, act, t0, res),
-                (2, true) => vnni::group::<2, true>(self, g, act, t0, res),
-                (_, true) => vnni::group::<1, true>(self, g, act, t0, res),
+            |g, t0, tn, res| {
+                if vnni {
+                    vnni_tile(self, g, act, t0, tn, res)
+                } else {
+                    avx2_tile(self, g, act, t0, tn, res)
+                }
             },
         );
         #[cfg(not(target_arch = "x86_64"))]
         let _ = (groups, act, tokens, out, ldo);
     }
 }
+
+/// Whether this CPU has a kernel for the layout: AVX-512 VNNI, or AVX2 (`repack_k_avx2`).
+pub fn has_kernel(ty: GgmlType) -> bool {
+    #[cfg(target_arch = "x86_64")]
+    if super::repack_k_avx2::available(ty) {
+        return true;
+    }
+    let _ = ty;
+    super::qgemm::has_vnni()
+}
+
+/// A tile of up to TT tokens on the VNNI kernel.
+///
+/// # Safety
+/// As `vnni::group`.
+#[cfg(target_arch = "x86_64")]
+unsafe fn vnni_tile(p: &KGroups, g: usize, act: &Q8KAct, t0: usize, tn: usize, res: &mut Tile) {
+    match (tn, p.ty == GgmlType::Q5_K) {
+        (4, false) => vnni::group::<4, false>(p, g, act, t0, res),
+        (3, false) => vnni::group::<3, false>(p, g, act, t0, res),
+        (2, false) => vnni::group::<2, false>(p, g, act, t0, res),
+        (_, false) => vnni::group::<1, false>(p, g, act, t0, res),
+        (4, true) => vnni::group::<4, true>(p, g, act, t0, res),
+        (3, true) => vnni::group::<3, true>(p, g, act, t0, res),
+        (2, true) => vnni::group::<2, true>(p, g, act, t0, res),
+        (_, true) => vnni::group::<1, true>(p, g, act, t0, res),
+    }
+}
+
+/// A tile of up to TT tokens on the AVX2 kernel.
+///
+/// # Safety
+/// As `repack_k_avx2::group`.
+#[cfg(target_arch = "x86_64")]
+unsafe fn avx2_tile(p: &KGroups, g: usize, act: &Q8KAct, t0: usize, tn: usize, res: &mut Tile) {
+    use super::repack_k_avx2::group;
+    match (tn, p.ty == GgmlType::Q5_K) {
+        (4, false) => group::<4, false>(p, g, act, t0, res),
+        (3, false) => group::<3, false>(p, g, act, t0, res),
+        (2, false) => group::<2, false>(p, g, act, t0, res),
+        (_, false) => group::<1, false>(p, g, act, t0, res),
+        (4, true) => group::<4, true>(p, g, act, t0, res),
+        (3, true) => group::<3, true>(p, g, act, t0, res),
+        (2, true) => group::<2, true>(p, g, act, t0, res),
+        (_, true) => group::<1, true>(p, g, act, t0, res),
+    }
+}
+
+/// A tile's results: TT tokens by 16 rows.
+type Tile = [[f32; G]; TT];
 
 /// Bytes of `rows` rows of `cols` in the layout.
 pub fn packed_bytes(ty: GgmlType, rows: usize, cols: usize) -> usize {
@@ -316,63 +365,5 @@ mod vnni {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::kernels::qdot_k::{dot_q4_k_ref, dot_q5_k_ref};
-
-    #[test]
-    fn packed_q4_k_and_q5_k_match_row_dots_and_q4_k_reads_back_its_rows() {
-        if !crate::kernels::qgemm::has_vnni() {
-            eprintln!("no AVX-512 VNNI here: Q4_K and Q5_K stay on their row dots");
-            return;
-        }
-        let cases = [(16, 256, 1), (37, 1536, 5), (5, 512, 2), (33, 2304, 4)];
-        for (ty, (n, k, t)) in [GgmlType::Q4_K, GgmlType::Q5_K]
-            .into_iter()
-            .flat_map(|ty| cases.map(|c| (ty, c)))
-        {
-            let bytes = super::super::test_matrix(ty, n, k, 7);
-            let w = QMat::new(ty, n, k, &bytes).unwrap();
-            let mut act = Q8KAct::default();
-            act.quantize(&super::super::test_data(t * k, 4));
-            let mut y = vec![0f32; t * n];
-            if ty == GgmlType::Q4_K {
-                let p = PackedK::new_in(&w, None).expect("packable");
-                let (mut got, mut want) = (vec![0f32; k], vec![0f32; k]);
-                for r in 0..n {
-                    p.dequantize_row(r, &mut got);
-                    crate::quant::dequantize(ty, w.row(r), &mut want).unwrap();
-                    assert_eq!(got, want, "{ty} row {r} read back from the copy");
-                }
-                // SAFETY: kernel detected; y is (t, n); two token ranges as the driver may
-                // split them.
-                unsafe {
-                    p.view()
-                        .gemm_groups(0..p.groups(), &act, 0..t / 2, y.as_mut_ptr(), n);
-                    p.view()
-                        .gemm_groups(0..p.groups(), &act, t / 2..t, y.as_mut_ptr(), n);
-                }
-            } else {
-                // in chunks of 32 rows (and a short last one), as prefill's tasks take them
-                for r0 in (0..n).step_by(32) {
-                    // SAFETY: kernel detected; y is (t, n); the chunks are disjoint.
-                    unsafe { prefill_rows(&w, r0..(r0 + 32).min(n), &act, t, y.as_mut_ptr(), n) };
-                }
-            }
-            for i in 0..t {
-                for r in 0..n {
-                    let a = act.token(i, k / QK_K);
-                    let want = match ty {
-                        GgmlType::Q4_K => dot_q4_k_ref(w.row(r), &a),
-                        _ => dot_q5_k_ref(w.row(r), &a),
-                    };
-                    let got = y[i * n + r];
-                    assert!(
-                        (got - want).abs() <= 1e-4 * (1.0 + want.abs()),
-                        "{ty} n={n} k={k} ({i},{r}): {got} vs {want}"
-                    );
-                }
-            }
-        }
-    }
-}
+#[path = "repack_k_tests.rs"]
+mod tests;

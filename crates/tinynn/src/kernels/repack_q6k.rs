@@ -1,5 +1,5 @@
 //! Q6_K rows repacked (per prefill call, in a scratch) for the output-stationary AVX-512 VNNI
-//! kernel of `repack_k`
+//! kernel of `repack_k` (and its AVX2 twin, `repack_q6k_avx2`, same bits)
 //! (16 weight rows in the 16 lanes of a vector), for ggml's `block_q6_K` (`ggml-common.h`):
 //! the 6-bit values are rebuilt from their low nibbles and 2 high bits as they are loaded,
 //! enter `vpdpbusd` unsigned (0..63) against Q8_K activations, and each 16-element sub-block
@@ -20,14 +20,14 @@ use super::QMat;
 use crate::quant::{GgmlType, QK_K};
 
 /// Rows per group.
-const G: usize = 16;
+pub(super) const G: usize = 16;
 /// Offsets in a group-block: scales, low nibbles, high bits; its size.
-const SCALES: usize = 32;
-const QL: usize = SCALES + 16 * G;
-const QH: usize = QL + 4 * 8 * 64;
-const GB: usize = QH + 2 * 8 * 64;
+pub(super) const SCALES: usize = 32;
+pub(super) const QL: usize = SCALES + 16 * G;
+pub(super) const QH: usize = QL + 4 * 8 * 64;
+pub(super) const GB: usize = QH + 2 * 8 * 64;
 /// Tokens per tile.
-const TT: usize = 4;
+pub(super) const TT: usize = 4;
 
 /// Bytes of `rows` rows of `cols` in the layout.
 pub fn packed_bytes(rows: usize, cols: usize) -> usize {
@@ -52,6 +52,12 @@ pub fn pack_rows(w: &QMat, rows: std::ops::Range<usize>, data: &mut [u8]) {
     }
 }
 
+/// Whether this CPU has a kernel for the layout: AVX-512 VNNI, or AVX2 (`repack_q6k_avx2`,
+/// with the k-quant row dots' features).
+pub fn has_kernel() -> bool {
+    super::qgemm::has_vnni() || super::qdot_k::has_fast_k_quants()
+}
+
 thread_local! {
     static SCRATCH: std::cell::RefCell<Vec<u8>> = const { std::cell::RefCell::new(Vec::new()) };
 }
@@ -62,7 +68,7 @@ thread_local! {
 /// for one token.
 ///
 /// # Safety
-/// The CPU must have the kernel (`qgemm::has_vnni`); `out` must be valid for writes at
+/// The CPU must have a kernel (`has_kernel`); `out` must be valid for writes at
 /// `t * ldo + r` for t < T (`act` holds T tokens) and r in `rows`, and owned by the caller.
 pub unsafe fn prefill_rows(
     w: &QMat,
@@ -74,6 +80,7 @@ pub unsafe fn prefill_rows(
 ) {
     assert!(w.ty == GgmlType::Q6_K && w.cols.is_multiple_of(QK_K));
     assert!(act.d.len() >= t * (w.cols / QK_K));
+    let vnni = super::qgemm::has_vnni();
     super::with_scratch(&SCRATCH, packed_bytes(rows.len(), w.cols), |s| {
         pack_rows(w, rows.clone(), s);
         let (groups, out) = (0..rows.len().div_ceil(G), out.add(rows.start));
@@ -84,11 +91,18 @@ pub unsafe fn prefill_rows(
             rows.len(),
             out,
             ldo,
-            |g, t0, tn, res| match tn {
-                4 => vnni::group::<4>(s, w.cols, g, act, t0, res),
-                3 => vnni::group::<3>(s, w.cols, g, act, t0, res),
-                2 => vnni::group::<2>(s, w.cols, g, act, t0, res),
-                _ => vnni::group::<1>(s, w.cols, g, act, t0, res),
+            |g, t0, tn, res| {
+                use super::repack_q6k_avx2::group as avx2;
+                match (vnni, tn) {
+                    (true, 4) => vnni::group::<4>(s, w.cols, g, act, t0, res),
+                    (true, 3) => vnni::group::<3>(s, w.cols, g, act, t0, res),
+                    (true, 2) => vnni::group::<2>(s, w.cols, g, act, t0, res),
+                    (true, _) => vnni::group::<1>(s, w.cols, g, act, t0, res),
+                    (false, 4) => avx2::<4>(s, w.cols, g, act, t0, res),
+                    (false, 3) => avx2::<3>(s, w.cols, g, act, t0, res),
+                    (false, 2) => avx2::<2>(s, w.cols, g, act, t0, res),
+                    (false, _) => avx2::<1>(s, w.cols, g, act, t0, res),
+                }
             },
         );
         #[cfg(not(target_arch = "x86_64"))]
@@ -185,35 +199,86 @@ mod vnni {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::kernels::qdot_k::dot_q6_k_ref;
+    use crate::kernels::qdot_k::{dot_q6_k_ref, Q8KRow};
+    use crate::quant::float::f16_at;
+
+    /// Scalar model of the kernels for one row: per block the exact i32 sum over sub-blocks of
+    /// scale * (sum of stored values (6 bits, + 32) times activations - 32 * the activations'
+    /// sum), then acc += isum * (d * xd) as one fma.
+    fn packed_ref(row: &[u8], a: &Q8KRow) -> f32 {
+        let mut acc = 0f32;
+        for (i, blk) in row.chunks_exact(210).enumerate() {
+            let (ql, qh, sc) = (&blk[..128], &blk[128..192], &blk[192..208]);
+            let mut isum = 0i32;
+            for (s, &scale) in sc.iter().enumerate() {
+                let mut sum = 0i32;
+                for e in 16 * s..16 * s + 16 {
+                    let (j, k, l) = (e / 128, (e % 128) / 32, e % 32);
+                    let lo = (ql[64 * j + 32 * (k & 1) + l] >> (4 * (k >> 1))) & 15;
+                    let v = lo | (((qh[32 * j + l] >> (2 * k)) & 3) << 4);
+                    sum += v as i32 * a.qs[QK_K * i + e] as i32;
+                }
+                isum += scale as i8 as i32 * (sum - 32 * a.bsums[16 * i + s] as i32);
+            }
+            acc = (isum as f32).mul_add(f16_at(blk, 208) * a.d[i], acc);
+        }
+        acc
+    }
+
+    fn check(n: usize, k: usize, t: usize, bytes: &[u8], x: &[f32]) {
+        let w = QMat::new(GgmlType::Q6_K, n, k, bytes).unwrap();
+        let mut act = Q8KAct::default();
+        act.quantize(x);
+        let mut y = vec![0f32; t * n];
+        for r0 in (0..n).step_by(32) {
+            // SAFETY: kernel detected; y is (t, n); the chunks of rows are disjoint.
+            unsafe { prefill_rows(&w, r0..(r0 + 32).min(n), &act, t, y.as_mut_ptr(), n) };
+        }
+        for i in 0..t {
+            let a = act.token(i, k / QK_K);
+            for r in 0..n {
+                let got = y[i * n + r];
+                let want = packed_ref(w.row(r), &a);
+                assert_eq!(got.to_bits(), want.to_bits(), "n={n} k={k} ({i},{r})");
+                let dot = dot_q6_k_ref(w.row(r), &a);
+                assert!(
+                    (got - dot).abs() <= 1e-4 * (1.0 + dot.abs()),
+                    "n={n} k={k} ({i},{r}): {got} vs the row dot's {dot}"
+                );
+            }
+        }
+    }
 
     #[test]
-    fn packed_q6_k_prefill_matches_row_dots() {
-        let ty = GgmlType::Q6_K;
-        if !crate::kernels::qgemm::has_vnni() {
-            eprintln!("no AVX-512 VNNI here: Q6_K prefill dequantizes");
+    fn packed_q6_k_prefill_gives_the_scalar_models_bits() {
+        if !has_kernel() {
+            eprintln!("no AVX2 or AVX-512 VNNI here: Q6_K prefill dequantizes");
             return;
         }
-        for (n, k, t) in [(16, 256, 1), (37, 1536, 5), (5, 512, 2), (33, 2304, 4)] {
-            let bytes = super::super::test_matrix(ty, n, k, 9);
-            let w = QMat::new(ty, n, k, &bytes).unwrap();
-            let mut act = Q8KAct::default();
-            act.quantize(&super::super::test_data(t * k, 4));
-            let mut y = vec![0f32; t * n];
-            for r0 in (0..n).step_by(32) {
-                // SAFETY: kernel detected; y is (t, n); the chunks of rows are disjoint.
-                unsafe { prefill_rows(&w, r0..(r0 + 32).min(n), &act, t, y.as_mut_ptr(), n) };
-            }
-            for i in 0..t {
-                for r in 0..n {
-                    let want = dot_q6_k_ref(w.row(r), &act.token(i, k / QK_K));
-                    let got = y[i * n + r];
-                    assert!(
-                        (got - want).abs() <= 1e-4 * (1.0 + want.abs()),
-                        "n={n} k={k} ({i},{r}): {got} vs {want}"
-                    );
-                }
-            }
+        for (n, k, t) in [(16, 256, 1), (37, 1536, 5), (5, 512, 2), (33, 2304, 7)] {
+            let bytes = super::super::test_matrix(GgmlType::Q6_K, n, k, 9);
+            check(n, k, t, &bytes, &super::super::test_data(t * k, 4));
         }
+    }
+
+    #[test]
+    fn packed_q6_k_holds_the_largest_sums_without_saturating() {
+        if !has_kernel() {
+            eprintln!("no AVX2 or AVX-512 VNNI here: Q6_K prefill dequantizes");
+            return;
+        }
+        // every stored value 63 or 0, scales -128 and 127, activations all -127 or all 127
+        let (n, k) = (16, 512);
+        let mut bytes = vec![0u8; n * (k / QK_K) * 210];
+        for (r, blk) in bytes.chunks_exact_mut(210).enumerate() {
+            let v = if r % 2 == 0 { 0xFF } else { 0x00 };
+            blk[..192].fill(v);
+            for s in 0..16 {
+                blk[192 + s] = if (r + s) % 2 == 0 { 0x80 } else { 0x7F };
+            }
+            blk[208..210].copy_from_slice(&[0x00, 0x3C]); // d = 1
+        }
+        let x: Vec<f32> = (0..2 * k).map(|i| if i < k { 0.5 } else { -2.0 }).collect();
+        check(n, k, 2, &bytes, &x);
     }
 }

@@ -186,8 +186,8 @@ fn convert_then<R>(acts: &mut Acts, x: &[f32], forms: Forms, f: impl FnOnce(&Act
 /// (all of them on AVX2), and through k-quant ones, take decode's row dots: the sequences of a
 /// decode step, and prompts and chunks under 64 tokens, then get the bits of token-by-token
 /// decoding whatever they are
-/// batched with, so a seed repeats its sample (prefill's f32 path and the VNNI tiles sum in
-/// other orders). 64, where ggml's attention changes regime too
+/// batched with, so a seed repeats its sample (prefill's f32 path and the interleaved tiles
+/// sum in other orders). 64, where ggml's attention changes regime too
 /// (`toy::infer::kv_cache::f16_attention`).
 pub(super) const ROW_DOT_BATCH: usize = 64;
 
@@ -397,9 +397,12 @@ pub(super) fn k_tiles_many(ws: &[QMat], x: &[f32], t: usize, ys: &mut [&mut [f32
 
 /// Whether prefill takes `k_tiles_many` for `w`.
 pub(super) fn k_tiles(w: &QMat) -> bool {
-    matches!(w.ty, GgmlType::Q5_K | GgmlType::Q6_K)
-        && w.cols.is_multiple_of(QK_K)
-        && qgemm::has_vnni()
+    w.cols.is_multiple_of(QK_K)
+        && match w.ty {
+            GgmlType::Q5_K => super::repack_k::has_kernel(GgmlType::Q5_K),
+            GgmlType::Q6_K => super::repack_q6k::has_kernel(),
+            _ => false,
+        }
 }
 
 /// Products on repacked 8-bit-kernel weights: X quantized once into two 8-bit planes
