@@ -40,19 +40,11 @@ pub(super) unsafe fn group<const TN: usize>(
         let base = data.as_ptr().add((g * nb + b) * GB);
         for (r8, acc) in acc.iter_mut().enumerate() {
             let mut isum = [_mm256_setzero_si256(); TN];
+            let x0 = t0 * cols + QK_K * b;
             for n in 0..2 {
-                for h in 0..2 {
-                    for c0 in [0, 4] {
-                        run::<TN>(
-                            base,
-                            r8,
-                            (n, h, c0),
-                            act,
-                            t0 * cols + QK_K * b,
-                            cols,
-                            &mut isum,
-                        );
-                    }
+                for c0 in [0, 4] {
+                    run::<TN, 0>(base, r8, (n, c0), act, x0, cols, &mut isum);
+                    run::<TN, 1>(base, r8, (n, c0), act, x0, cols, &mut isum);
                 }
             }
             let dw = _mm256_cvtph_ps(_mm_loadu_si128(base.add(16 * r8) as *const __m128i));
@@ -72,39 +64,42 @@ pub(super) unsafe fn group<const TN: usize>(
     }
 }
 
-/// Chunks c0..c0+4 of run h of half n of a block for rows 8r8..8r8+8: sub-block
-/// 8n + 2h + c0/4 from the low nibbles, 8n + 4 + 2h + c0/4 from the high ones, each token's
+/// Chunks c0..c0+4 of run H of half n of a block for rows 8r8..8r8+8: sub-block
+/// 8n + 2H + c0/4 from the low nibbles, 8n + 4 + 2H + c0/4 from the high ones, each token's
 /// scaled sums (of the stored values, + 32) added to its `isum`.
 #[inline(always)]
-unsafe fn run<const TN: usize>(
+unsafe fn run<const TN: usize, const H: usize>(
     base: *const u8,
     r8: usize,
-    (n, h, c0): (usize, usize, usize),
+    (n, c0): (usize, usize),
     act: &Q8KAct,
     x0: usize,
     ld: usize,
     isum: &mut [__m256i; TN],
 ) {
-    let (low, three) = (_mm256_set1_epi8(0x0F), _mm256_set1_epi8(3));
-    for high in [false, true] {
-        let mut vals = [_mm256_setzero_si256(); 4];
-        for (u, v) in vals.iter_mut().enumerate() {
-            let c = c0 + u;
-            let q4 = _mm256_loadu_si256(base.add(QL + ((2 * n + h) * 8 + c) * 64 + 32 * r8) as _);
-            let q2 = _mm256_loadu_si256(base.add(QH + (n * 8 + c) * 64 + 32 * r8) as _);
-            let (q4, shift) = if high {
-                (_mm256_srli_epi16::<4>(q4), 4 + 2 * h)
-            } else {
-                (q4, 2 * h)
-            };
-            let q2 = _mm256_srl_epi16(q2, _mm_cvtsi32_si128(shift as i32));
-            let top = _mm256_slli_epi16::<4>(_mm256_and_si256(q2, three));
-            *v = _mm256_or_si256(_mm256_and_si256(q4, low), top);
-        }
-        let s = 8 * n + 4 * high as usize + 2 * h + c0 / 4;
+    let (low, top) = (_mm256_set1_epi8(0x0F), _mm256_set1_epi8(0x30));
+    // the 2 high bits of quarter k of a half are bits 2k, 2k+1 of its byte: moved to bits
+    // 4, 5 (16-bit shifts; what crosses from the neighbouring byte falls outside 0x30)
+    let mut lo = [_mm256_setzero_si256(); 4];
+    let mut hi = [_mm256_setzero_si256(); 4];
+    for u in 0..4 {
+        let c = c0 + u;
+        let q4 = _mm256_loadu_si256(base.add(QL + ((2 * n + H) * 8 + c) * 64 + 32 * r8) as _);
+        let q2 = _mm256_loadu_si256(base.add(QH + (n * 8 + c) * 64 + 32 * r8) as _);
+        let (b_lo, b_hi) = if H == 0 {
+            (_mm256_slli_epi16::<4>(q2), q2)
+        } else {
+            (_mm256_slli_epi16::<2>(q2), _mm256_srli_epi16::<2>(q2))
+        };
+        lo[u] = _mm256_or_si256(_mm256_and_si256(q4, low), _mm256_and_si256(b_lo, top));
+        let q4h = _mm256_and_si256(_mm256_srli_epi16::<4>(q4), low);
+        hi[u] = _mm256_or_si256(q4h, _mm256_and_si256(b_hi, top));
+    }
+    for (high, vals) in [(0, &lo), (1, &hi)] {
+        let s = 8 * n + 4 * high + 2 * H + c0 / 4;
         let sc = dup16(base.add(SCALES + G * s + 8 * r8));
         // the sub-block's first activation, in i32 units
-        let at = (128 * n + 64 * high as usize + 32 * h + 4 * c0) / 4;
+        let at = (128 * n + 64 * high + 32 * H + 4 * c0) / 4;
         for (t, is) in isum.iter_mut().enumerate() {
             let x = act.qs.as_ptr().add(x0 + t * ld) as *const i32;
             let p = |u: usize| {
