@@ -126,6 +126,7 @@ pub fn run(a: Args) -> Result<()> {
                 &opts,
                 d,
                 a.spec.draft_max,
+                a.spec.tune(),
                 guide.as_mut(),
                 show,
             )?;

@@ -138,6 +138,23 @@ pub struct SpecArgs {
     /// The draft model stops drafting where its top token's probability is under this.
     #[arg(long, default_value_t = 0.75)]
     pub draft_p_min: f32,
+    /// `toy generate`: how many tokens a round drafts. `auto`: the length (0 to --draft-max)
+    /// that the costs and acceptance measured so far make fastest (`infer::spec_tune`);
+    /// `max`: up to --draft-max every round. Default: auto for `--spec ngram`, max for a draft
+    /// model (whose catch-up after plain steps the tuner cannot win back on a 2-core CPU).
+    /// `toy serve` drafts up to --draft-max.
+    #[arg(long, value_parser = ["auto", "max"])]
+    pub draft_len: Option<String>,
+}
+
+impl SpecArgs {
+    /// Whether `toy generate` tunes the draft length (see `draft_len`).
+    pub fn tune(&self) -> bool {
+        match self.draft_len.as_deref() {
+            Some(v) => v == "auto",
+            None => self.draft.is_none(),
+        }
+    }
 }
 
 /// Sampling flags, named as llama.cpp's.

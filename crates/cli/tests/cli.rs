@@ -606,6 +606,15 @@ fn speculative_decoding_is_the_target_alone_when_greedy_and_keeps_a_perfect_draf
         "prompt lookup changed the output"
     );
     assert_eq!(itself["ids"], plain["ids"], "a draft changed the output");
+    // the draft length fixed at the most, or tuned to the measured costs: the same output
+    for (spec, len) in [("ngram", "max"), ("draft", "auto")] {
+        let mut extra = vec!["--draft-len", len];
+        extra.extend(match spec {
+            "ngram" => ["--spec", "ngram"],
+            _ => ["--draft", m.as_str()],
+        });
+        assert_eq!(run(&extra)["ids"], plain["ids"], "{spec} --draft-len {len}");
+    }
     let (drafted, accepted) = (&itself["spec"]["drafted"], &itself["spec"]["accepted"]);
     assert!(
         drafted.as_u64().unwrap() > 0 && drafted == accepted,

@@ -47,7 +47,7 @@ fn greedy_speculation_on_a_hybrid_equals_the_target_alone() {
         120,
         "the random model should not stop early"
     );
-    let drafters: Vec<Drafter> = vec![
+    let mut drafters: Vec<Drafter> = vec![
         Drafter::Ngram { n: 3 },
         Drafter::Model {
             model: &draft,
@@ -57,24 +57,31 @@ fn greedy_speculation_on_a_hybrid_equals_the_target_alone() {
             p_min: 0.0,
         },
     ];
-    for (i, mut d) in drafters.into_iter().enumerate() {
-        let mut state = target.new_state(512, 64);
-        let (g, st) = generate_speculative(
-            &target,
-            &mut state,
-            &tok,
-            &prompt,
-            &opts,
-            &mut d,
-            6,
-            None,
-            |_| {},
-        )
-        .unwrap();
-        assert_eq!(g.tokens, plain.tokens, "drafter {i} changed the output");
-        assert!(st.drafted > 0, "drafter {i} drafted nothing");
-        // some refused, so the recurrent layers were rewound
-        assert!(st.accepted < st.drafted, "drafter {i}: {st:?}");
-        assert_eq!(state.pos(), prompt.len() + g.tokens.len() - 1);
+    // drafting up to 6 every round, and as many as the tuner finds fastest
+    for tune in [false, true] {
+        for (i, d) in drafters.iter_mut().enumerate() {
+            let mut state = target.new_state(512, 64);
+            let (g, st) = generate_speculative(
+                &target,
+                &mut state,
+                &tok,
+                &prompt,
+                &opts,
+                d,
+                6,
+                tune,
+                None,
+                |_| {},
+            )
+            .unwrap();
+            assert_eq!(
+                g.tokens, plain.tokens,
+                "drafter {i} (tune {tune}) changed the output"
+            );
+            assert!(st.drafted > 0, "drafter {i} drafted nothing");
+            // some refused, so the recurrent layers were rewound
+            assert!(st.accepted < st.drafted, "drafter {i}: {st:?}");
+            assert_eq!(state.pos(), prompt.len() + g.tokens.len() - 1);
+        }
     }
 }

@@ -4,5 +4,6 @@ pub mod constrain;
 pub mod generate;
 pub mod kv_cache;
 pub mod sampler;
+pub mod spec_tune;
 pub mod speculative;
 pub mod verify;

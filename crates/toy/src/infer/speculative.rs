@@ -13,6 +13,7 @@ use super::constrain::Guide;
 use super::generate::{check_prompt, Emitter, GenerateOptions, Generation};
 use super::kv_cache::KvCache;
 use super::sampler::Sampler;
+use super::spec_tune::DraftTuner;
 use super::verify::{settle, Verify};
 use crate::gguf::GgufFile;
 use crate::model::{Logits, Model, ModelError, State};
@@ -280,6 +281,9 @@ pub fn check_draft_vocab(target: &GgufFile, draft: &GgufFile) -> Result<(), Mode
 /// [`super::generate::generate`] with a drafter: the same distribution of outputs (the same
 /// tokens when greedy), fewer target forwards. With a `guide`, the target's distribution at
 /// each position is the constrained one, so drafted tokens the constraint forbids are refused.
+/// With `tune`, each round drafts as many tokens (up to `draft_max`, 0 for a plain step) as
+/// the costs and acceptance seen so far make fastest (`spec_tune`); without, up to
+/// `draft_max` every round.
 #[allow(clippy::too_many_arguments)]
 pub fn generate_speculative(
     model: &Model,
@@ -289,6 +293,7 @@ pub fn generate_speculative(
     opts: &GenerateOptions,
     drafter: &mut Drafter,
     draft_max: usize,
+    tune: bool,
     mut guide: Option<&mut Guide>,
     mut on_text: impl FnMut(&str),
 ) -> Result<(Generation, SpecStats), ModelError> {
@@ -309,6 +314,7 @@ pub fn generate_speculative(
     let t1 = Instant::now();
     let mut out = Emitter::new(tok, &opts.stop);
     let mut stats = SpecStats::default();
+    let mut tuner = tune.then(|| DraftTuner::new(draft_max));
     'gen: loop {
         if !out.push(next, &mut on_text) {
             break;
@@ -324,8 +330,15 @@ pub fn generate_speculative(
         }
         // the target runs `next` and the draft: k <= what may still be emitted after next
         let room = ctx - state.pos() - 1;
-        let (mut draft, q) = drafter.propose(&hist, draft_max.min(left - 1).min(room))?;
-        draft.truncate(draft_max.min(left - 1).min(room));
+        let k = tuner.as_mut().map_or(draft_max, DraftTuner::next_k);
+        let k = k.min(left - 1).min(room);
+        let t_draft = Instant::now();
+        let (mut draft, q) = match k {
+            0 => (Vec::new(), None),
+            _ => drafter.propose(&hist, k)?,
+        };
+        draft.truncate(k);
+        let (draft_ms, t_verify) = (ms(t_draft), Instant::now());
         let pos0 = state.pos();
         // a hybrid's recurrent layers come back only to a snapshot: take one here
         state.cache.mark();
@@ -348,10 +361,18 @@ pub fn generate_speculative(
         next = t;
         // keep next and the accepted draft; forget the rest
         rewind(model, state, pos0, &feed[..1 + kept])?;
+        if let Some(tuner) = tuner.as_mut() {
+            tuner.record(draft.len(), kept, draft_ms, feed.len(), ms(t_verify));
+        }
     }
     let decode_ms = t1.elapsed().as_secs_f64() * 1e3;
     let g = out.done(prompt.len(), prefill_ms, decode_ms, &mut on_text);
     Ok((g, stats))
+}
+
+/// Milliseconds since `t`.
+fn ms(t: Instant) -> f64 {
+    t.elapsed().as_secs_f64() * 1e3
 }
 
 #[cfg(test)]
