@@ -1,6 +1,8 @@
 //! The loop the interleaved-row kernels share (`repack`, `repack_k`, `repack_q6k`): for each
 //! group of 16 weight rows and each tile of up to TT tokens, a kernel fills a (TT, 16) block
-//! of results in registers' order, which then lands in the row-major output (T, N).
+//! of results in registers' order, which then lands in the row-major output (T, N); and the
+//! dispatch from a tile's token count to the kernels' constant (`by_tile_width`, also for
+//! `qgemm`'s tiles).
 
 use std::ops::Range;
 
@@ -37,6 +39,20 @@ pub(crate) unsafe fn for_group_tiles<const TT: usize>(
         }
     }
 }
+
+/// `$kernel::<TN, $c...>($args)` with TN = `$tn` (a tile's token count, 1 to 4) as the
+/// constant the kernels are written for.
+macro_rules! by_tile_width {
+    ($tn:expr, $kernel:ident $(, $c:expr)* ; $($arg:expr),* $(,)?) => {
+        match $tn {
+            4 => $kernel::<4 $(, { $c })*>($($arg),*),
+            3 => $kernel::<3 $(, { $c })*>($($arg),*),
+            2 => $kernel::<2 $(, { $c })*>($($arg),*),
+            _ => $kernel::<1 $(, { $c })*>($($arg),*),
+        }
+    };
+}
+pub(crate) use by_tile_width;
 
 /// Lay `src`'s 4-byte chunks into lane `lane` of consecutive 64-byte vectors from `at`: chunk
 /// c goes to bytes at + 64c + 4 lane .. + 4 (how the packers interleave 16 rows' quants).

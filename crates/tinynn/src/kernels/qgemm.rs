@@ -164,12 +164,9 @@ pub unsafe fn gemm_rows(
                 let tn = (t - t0).min(RN);
                 let mut res = [[[0f32; RN]; RM]; 2];
                 for (plane, res) in [&act.hi, &act.lo].into_iter().zip(res.iter_mut()) {
-                    match tn {
-                        4 => tile::<4>(w.ty, &pk, plane, w.cols, t0, wide, res),
-                        3 => tile::<3>(w.ty, &pk, plane, w.cols, t0, wide, res),
-                        2 => tile::<2>(w.ty, &pk, plane, w.cols, t0, wide, res),
-                        _ => tile::<1>(w.ty, &pk, plane, w.cols, t0, wide, res),
-                    }
+                    super::group_tiles::by_tile_width!(
+                        tn, tile; w.ty, &pk, plane, w.cols, t0, wide, res
+                    )
                 }
                 for i in 0..n {
                     for j in 0..tn {

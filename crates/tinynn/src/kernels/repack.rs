@@ -225,24 +225,13 @@ impl PackedQ4 {
             out,
             ldo,
             |g, t0, tn, res| {
+                use super::group_tiles::by_tile_width;
                 use super::repack_vnni::{group, group_q5, group_q8};
-                match (self.ty, tn) {
-                    (GgmlType::Q5_0, 4) => group_q5::<4>(self, g, act, t0, res),
-                    (GgmlType::Q5_0, 3) => group_q5::<3>(self, g, act, t0, res),
-                    (GgmlType::Q5_0, 2) => group_q5::<2>(self, g, act, t0, res),
-                    (GgmlType::Q5_0, _) => group_q5::<1>(self, g, act, t0, res),
-                    (GgmlType::Q8_0, 4) => group_q8::<4>(self, g, act, t0, res),
-                    (GgmlType::Q8_0, 3) => group_q8::<3>(self, g, act, t0, res),
-                    (GgmlType::Q8_0, 2) => group_q8::<2>(self, g, act, t0, res),
-                    (GgmlType::Q8_0, _) => group_q8::<1>(self, g, act, t0, res),
-                    (GgmlType::Q4_1, 4) => group::<4, true>(self, g, act, t0, res),
-                    (GgmlType::Q4_1, 3) => group::<3, true>(self, g, act, t0, res),
-                    (GgmlType::Q4_1, 2) => group::<2, true>(self, g, act, t0, res),
-                    (GgmlType::Q4_1, _) => group::<1, true>(self, g, act, t0, res),
-                    (_, 4) => group::<4, false>(self, g, act, t0, res),
-                    (_, 3) => group::<3, false>(self, g, act, t0, res),
-                    (_, 2) => group::<2, false>(self, g, act, t0, res),
-                    (_, _) => group::<1, false>(self, g, act, t0, res),
+                match self.ty {
+                    GgmlType::Q5_0 => by_tile_width!(tn, group_q5; self, g, act, t0, res),
+                    GgmlType::Q8_0 => by_tile_width!(tn, group_q8; self, g, act, t0, res),
+                    GgmlType::Q4_1 => by_tile_width!(tn, group, true; self, g, act, t0, res),
+                    _ => by_tile_width!(tn, group, false; self, g, act, t0, res),
                 }
             },
         );

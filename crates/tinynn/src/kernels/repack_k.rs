@@ -146,13 +146,7 @@ impl KGroups<'_> {
             self.rows,
             out,
             ldo,
-            |g, t0, tn, res| {
-                if vnni {
-                    vnni_tile(self, g, act, t0, tn, res)
-                } else {
-                    avx2_tile(self, g, act, t0, tn, res)
-                }
-            },
+            |g, t0, tn, res| tile(vnni, self, g, act, t0, tn, res),
         );
         #[cfg(not(target_arch = "x86_64"))]
         let _ = (groups, act, tokens, out, ldo);
@@ -169,40 +163,28 @@ pub fn has_kernel(ty: GgmlType) -> bool {
     super::qgemm::has_vnni()
 }
 
-/// A tile of up to TT tokens on the VNNI kernel.
+/// A tile of up to TT tokens on the VNNI kernel or the AVX2 one.
 ///
 /// # Safety
-/// As `vnni::group`.
+/// As `vnni::group` or `repack_k_avx2::group`.
 #[cfg(target_arch = "x86_64")]
-unsafe fn vnni_tile(p: &KGroups, g: usize, act: &Q8KAct, t0: usize, tn: usize, res: &mut Tile) {
-    match (tn, p.ty == GgmlType::Q5_K) {
-        (4, false) => vnni::group::<4, false>(p, g, act, t0, res),
-        (3, false) => vnni::group::<3, false>(p, g, act, t0, res),
-        (2, false) => vnni::group::<2, false>(p, g, act, t0, res),
-        (_, false) => vnni::group::<1, false>(p, g, act, t0, res),
-        (4, true) => vnni::group::<4, true>(p, g, act, t0, res),
-        (3, true) => vnni::group::<3, true>(p, g, act, t0, res),
-        (2, true) => vnni::group::<2, true>(p, g, act, t0, res),
-        (_, true) => vnni::group::<1, true>(p, g, act, t0, res),
-    }
-}
-
-/// A tile of up to TT tokens on the AVX2 kernel.
-///
-/// # Safety
-/// As `repack_k_avx2::group`.
-#[cfg(target_arch = "x86_64")]
-unsafe fn avx2_tile(p: &KGroups, g: usize, act: &Q8KAct, t0: usize, tn: usize, res: &mut Tile) {
-    use super::repack_k_avx2::group;
-    match (tn, p.ty == GgmlType::Q5_K) {
-        (4, false) => group::<4, false>(p, g, act, t0, res),
-        (3, false) => group::<3, false>(p, g, act, t0, res),
-        (2, false) => group::<2, false>(p, g, act, t0, res),
-        (_, false) => group::<1, false>(p, g, act, t0, res),
-        (4, true) => group::<4, true>(p, g, act, t0, res),
-        (3, true) => group::<3, true>(p, g, act, t0, res),
-        (2, true) => group::<2, true>(p, g, act, t0, res),
-        (_, true) => group::<1, true>(p, g, act, t0, res),
+unsafe fn tile(
+    vnni: bool,
+    p: &KGroups,
+    g: usize,
+    act: &Q8KAct,
+    t0: usize,
+    tn: usize,
+    res: &mut Tile,
+) {
+    use super::group_tiles::by_tile_width;
+    use super::repack_k_avx2::group as avx2;
+    use vnni::group as vnni_k;
+    match (vnni, p.ty == GgmlType::Q5_K) {
+        (true, false) => by_tile_width!(tn, vnni_k, false; p, g, act, t0, res),
+        (true, true) => by_tile_width!(tn, vnni_k, true; p, g, act, t0, res),
+        (false, false) => by_tile_width!(tn, avx2, false; p, g, act, t0, res),
+        (false, true) => by_tile_width!(tn, avx2, true; p, g, act, t0, res),
     }
 }
 

@@ -56,6 +56,16 @@ pub(super) unsafe fn group<const TN: usize, const Q5: bool>(
             }
         }
     }
+    store_halves(&acc, res)
+}
+
+/// A group's results from its two halves' accumulators (half, token): rows 8h..8h+8 of
+/// token t in res[t].
+#[inline(always)]
+pub(super) unsafe fn store_halves<const TN: usize>(
+    acc: &[[__m256; TN]; 2],
+    res: &mut [[f32; G]; TT],
+) {
     for (h, acc) in acc.iter().enumerate() {
         for (t, a) in acc.iter().enumerate() {
             _mm256_storeu_ps(res[t].as_mut_ptr().add(8 * h), *a);

@@ -92,16 +92,13 @@ pub unsafe fn prefill_rows(
             out,
             ldo,
             |g, t0, tn, res| {
+                use super::group_tiles::by_tile_width;
                 use super::repack_q6k_avx2::group as avx2;
-                match (vnni, tn) {
-                    (true, 4) => vnni::group::<4>(s, w.cols, g, act, t0, res),
-                    (true, 3) => vnni::group::<3>(s, w.cols, g, act, t0, res),
-                    (true, 2) => vnni::group::<2>(s, w.cols, g, act, t0, res),
-                    (true, _) => vnni::group::<1>(s, w.cols, g, act, t0, res),
-                    (false, 4) => avx2::<4>(s, w.cols, g, act, t0, res),
-                    (false, 3) => avx2::<3>(s, w.cols, g, act, t0, res),
-                    (false, 2) => avx2::<2>(s, w.cols, g, act, t0, res),
-                    (false, _) => avx2::<1>(s, w.cols, g, act, t0, res),
+                use vnni::group as vnni_k;
+                if vnni {
+                    by_tile_width!(tn, vnni_k; s, w.cols, g, act, t0, res)
+                } else {
+                    by_tile_width!(tn, avx2; s, w.cols, g, act, t0, res)
                 }
             },
         );

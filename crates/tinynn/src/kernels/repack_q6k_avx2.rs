@@ -8,6 +8,7 @@
 //! VNNI kernel's (`repack_q6k::vnni::group`), so both CPUs give the same bits.
 
 use super::qdot_k::Q8KAct;
+use super::repack_k_avx2::store_halves;
 use super::repack_q6k::{G, GB, QH, QL, SCALES, TT};
 use crate::quant::QK_K;
 use std::arch::x86_64::*;
@@ -57,11 +58,7 @@ pub(super) unsafe fn group<const TN: usize>(
             }
         }
     }
-    for (r8, acc) in acc.iter().enumerate() {
-        for (t, a) in acc.iter().enumerate() {
-            _mm256_storeu_ps(res[t].as_mut_ptr().add(8 * r8), *a);
-        }
-    }
+    store_halves(&acc, res)
 }
 
 /// Chunks c0..c0+4 of run H of half n of a block for rows 8r8..8r8+8: sub-block
