@@ -181,8 +181,8 @@ pub async fn metric(s: &Server, line_prefix: &str) -> f64 {
 }
 
 /// Whether this CPU runs the integer kernels whose sums do not depend on how tokens are
-/// batched (VNNI tiles; or AVX2 row dots, which batches under 64 tokens of the legacy types
-/// take): only there are batched and lone outputs promised to be bit-identical (as
+/// batched (the interleaved-row tiles of VNNI or AVX2; or AVX2 row dots, which batches under
+/// 64 tokens of the other legacy types take): only there are batched and lone outputs promised to be bit-identical (as
 /// `Model::forward_multi` documents). The tests' prompts stay under 64 tokens.
 pub fn exact_kernels() -> bool {
     tinynn::kernels::qdot::has_fast_q4_1()

@@ -42,6 +42,9 @@ pub mod qmatmul;
 pub mod qmatmul_t;
 #[allow(clippy::needless_range_loop)]
 pub mod repack;
+#[cfg(target_arch = "x86_64")]
+#[allow(clippy::needless_range_loop)]
+mod repack_avx2;
 pub mod repack_f16;
 pub mod repack_k;
 #[cfg(target_arch = "x86_64")]

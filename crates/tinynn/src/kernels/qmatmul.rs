@@ -2,8 +2,8 @@
 //! A weight matrix is N rows of K elements (GGUF dims `[K, N]`), each row quantized on its own.
 //!
 //! The entry points pick a kernel per weight type and width:
-//! - weights repacked at load (`repack`: Q4_0, Q4_1, Q5_0, Q8_0 on AVX-512 VNNI; Q4_K on
-//!   AVX-512 VNNI or AVX2; F16 on AVX-512 F16C): the interleaved-row kernels, decode and
+//! - weights repacked at load (`repack`: Q4_0, Q4_1, Q5_0, Q8_0 on AVX-512 VNNI, all but
+//!   Q5_0 on AVX2 too; Q4_K on AVX-512 VNNI or AVX2; F16 on AVX-512 F16C): the interleaved-row kernels, decode and
 //!   prefill alike;
 //! - decode (T = 1) otherwise: integer row dots on x quantized once to 8 bits (`rowdot`), for
 //!   Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q4_K, Q5_K and Q6_K;
@@ -200,7 +200,11 @@ pub fn kernel_names(w: &QMat) -> (&'static str, &'static str) {
     // what `Packed::new` would make of w, by the same predicates
     let (rows, cols) = (w.rows, w.cols);
     let packed = if super::repack::PackedQ4::bytes_for(w.ty, rows, cols).is_some() {
-        Some("int8, 16 interleaved rows (AVX-512 VNNI)")
+        Some(if qgemm::has_vnni() {
+            "int8, 16 interleaved rows (AVX-512 VNNI)"
+        } else {
+            "int8, 16 interleaved rows (AVX2)"
+        })
     } else if super::repack_f16::PackedF16::bytes_for(w.ty, rows, cols).is_some() {
         Some("f16, 16 interleaved rows (AVX-512 F16C)")
     } else if super::repack_k::PackedK::bytes_for(w.ty, rows, cols).is_some() {

@@ -1,4 +1,5 @@
-//! Q4_0, Q4_1, Q5_0 and Q8_0 weights repacked at load for an output-stationary AVX-512 VNNI kernel, in the manner
+//! Q4_0, Q4_1, Q5_0 and Q8_0 weights repacked at load for an output-stationary AVX-512 VNNI
+//! kernel (`repack_vnni`), or its AVX2 counterpart (`repack_avx2`), in the manner
 //! of ggml's interleaved `q4_0_8x8` layout: the 16 lanes of a vector are 16 weight rows, so one
 //! `vpdpbusd` multiplies 4 weights of each of 16 rows by the same 4 broadcast activations, and
 //! a block's scales, its conversion to f32 and its multiply-add are paid once per 16 rows
@@ -53,7 +54,7 @@ pub struct PackedQ4 {
 /// A weight matrix repacked for one of the interleaved-row kernels.
 #[derive(Debug)]
 pub enum Packed {
-    /// Q4_0, Q4_1, Q5_0, Q8_0 on the VNNI kernel.
+    /// Q4_0, Q4_1, Q5_0, Q8_0 on the VNNI kernel or the AVX2 one.
     Int8(PackedQ4),
     /// F16 on the F16C kernel (`repack_f16`).
     F16(super::repack_f16::PackedF16),
@@ -107,9 +108,14 @@ impl Packed {
     }
 }
 
-/// Whether this CPU runs the packed kernel.
-pub fn has_packed_kernel() -> bool {
-    super::qgemm::has_vnni()
+/// Whether this CPU runs a packed kernel for `ty`: AVX-512 VNNI, or AVX2 with FMA and F16C.
+pub fn has_packed_kernel(ty: GgmlType) -> bool {
+    let avx2 = matches!(
+        ty,
+        GgmlType::Q4_0 | GgmlType::Q4_1 | GgmlType::Q5_0 | GgmlType::Q8_0
+    ) && cfg!(target_arch = "x86_64")
+        && super::qdot::has_fast_q4_1();
+    avx2 || super::qgemm::has_vnni()
 }
 
 impl PackedQ4 {
@@ -125,7 +131,7 @@ impl PackedQ4 {
             ty,
             GgmlType::Q4_0 | GgmlType::Q4_1 | GgmlType::Q5_0 | GgmlType::Q8_0
         );
-        if !ok || !cols.is_multiple_of(32) || !has_packed_kernel() {
+        if !ok || !cols.is_multiple_of(32) || !has_packed_kernel(ty) {
             return None;
         }
         Some(rows.div_ceil(G) * (cols / 32) * group_block_bytes(ty))
@@ -206,7 +212,7 @@ impl PackedQ4 {
     /// two 8-bit planes (`act_split`).
     ///
     /// # Safety
-    /// The CPU must have the kernel (`has_packed_kernel`); `out` must be valid for writes at
+    /// The CPU must have the kernel (`has_packed_kernel`, which packing checked); `out` must be valid for writes at
     /// `t * ldo + r` for t < T and the rows of these groups, and owned by the caller.
     pub unsafe fn gemm_groups(
         &self,
@@ -217,6 +223,7 @@ impl PackedQ4 {
         out: *mut f32,
         ldo: usize,
     ) {
+        let vnni = super::qgemm::has_vnni();
         #[cfg(target_arch = "x86_64")]
         super::group_tiles::for_group_tiles::<TT>(
             g0..g1,
@@ -226,19 +233,37 @@ impl PackedQ4 {
             ldo,
             |g, t0, tn, res| {
                 use super::group_tiles::by_tile_width;
+                use super::repack_avx2::group as avx2_group;
+                use super::repack_avx2::{group_q5 as avx2_group_q5, group_q8 as avx2_group_q8};
                 use super::repack_vnni::{group, group_q5, group_q8};
-                match self.ty {
-                    GgmlType::Q5_0 => by_tile_width!(tn, group_q5; self, g, act, t0, res),
-                    GgmlType::Q8_0 => by_tile_width!(tn, group_q8; self, g, act, t0, res),
-                    GgmlType::Q4_1 => by_tile_width!(tn, group, true; self, g, act, t0, res),
-                    _ => by_tile_width!(tn, group, false; self, g, act, t0, res),
+                match (vnni, self.ty) {
+                    (true, GgmlType::Q5_0) => by_tile_width!(tn, group_q5; self, g, act, t0, res),
+                    (true, GgmlType::Q8_0) => by_tile_width!(tn, group_q8; self, g, act, t0, res),
+                    (true, GgmlType::Q4_1) => {
+                        by_tile_width!(tn, group, true; self, g, act, t0, res)
+                    }
+                    (true, _) => by_tile_width!(tn, group, false; self, g, act, t0, res),
+                    (false, GgmlType::Q5_0) => {
+                        by_tile_width!(tn, avx2_group_q5; self, g, act, t0, res)
+                    }
+                    (false, GgmlType::Q8_0) => {
+                        by_tile_width!(tn, avx2_group_q8; self, g, act, t0, res)
+                    }
+                    (false, GgmlType::Q4_1) => {
+                        by_tile_width!(tn, avx2_group, true; self, g, act, t0, res)
+                    }
+                    (false, _) => by_tile_width!(tn, avx2_group, false; self, g, act, t0, res),
                 }
             },
         );
         #[cfg(not(target_arch = "x86_64"))]
-        let _ = (g0, g1, act, t, out, ldo);
+        let _ = (g0, g1, act, t, out, ldo, vnni);
     }
 }
+
+#[cfg(test)]
+#[path = "repack_tests.rs"]
+mod bits;
 
 #[cfg(test)]
 mod tests {
@@ -253,8 +278,8 @@ mod tests {
 
     #[test]
     fn packed_products_equal_the_dequantized_rows_against_both_planes() {
-        if !has_packed_kernel() {
-            eprintln!("no AVX-512 VNNI here: the legacy types stay on the row kernels");
+        if !has_packed_kernel(GgmlType::Q4_0) {
+            eprintln!("no AVX2 or AVX-512 VNNI here: the legacy types stay on the row kernels");
             assert!(PackedQ4::new(&QMat {
                 ty: GgmlType::Q4_0,
                 rows: 0,
@@ -276,6 +301,9 @@ mod tests {
             (GgmlType::Q5_0, 37, 576, 5),
             (GgmlType::Q5_0, 16, 1536, 1),
         ] {
+            if !has_packed_kernel(ty) {
+                continue;
+            }
             let bytes = super::super::test_matrix(ty, n, k, 3);
             let w = QMat::new(ty, n, k, &bytes).unwrap();
             let p = PackedQ4::new(&w).expect("packable");

@@ -183,7 +183,7 @@ fn convert_then<R>(acts: &mut Acts, x: &[f32], forms: Forms, f: impl FnOnce(&Act
 }
 
 /// Batches of fewer than this many tokens through legacy-type matrices that are not repacked
-/// (all of them on AVX2), and through k-quant ones, take decode's row dots: the sequences of a
+/// (Q5_0 and Q5_1 on AVX2), and through k-quant ones, take decode's row dots: the sequences of a
 /// decode step, and prompts and chunks under 64 tokens, then get the bits of token-by-token
 /// decoding whatever they are
 /// batched with, so a seed repeats its sample (prefill's f32 path and the interleaved tiles

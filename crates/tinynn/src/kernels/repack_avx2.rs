@@ -1,0 +1,226 @@
+//! The AVX2 kernels of `repack`'s 16-row Q4_0, Q4_1, Q5_0 and Q8_0 layout, for CPUs without
+//! AVX-512 VNNI: rows side by side as in ggml-cpu's `ggml_gemv_q4_0_8x8_q8_0`
+//! (arch/x86/repack.cpp), so each activation is broadcast once for 8 rows and a block's
+//! scale, conversion and multiply-add are paid once per 8 rows instead of once per row.
+//!
+//! A group's 16 rows are two halves of 8, one per 256-bit vector, each 32-bit lane a row.
+//! For the 4-bit types `maddubs` multiplies a lane's 4 nibbles by 4 broadcast activations of
+//! a plane (`act_split`) into two i16 pair sums; a block's 8 such products stay in i16 (at
+//! most 8 · 2 · 15 · 128 = 30720; Q5_0's values reach 31, so 4 at a time), and one `madd` per plane, by 128 for the coarse plane and
+//! by 1 for the fine one, gives the exact i32 `(Σw·hi << 7) + Σw·lo` of the VNNI kernels.
+//! Q8_0's signed weights go in as |w| against the activations with w's sign, one `madd` per
+//! product (a pair reaches 2 · 128 · 127). Integer sums are exact and the f32 steps per block
+//! and row are `repack_vnni`'s, so AVX2 and VNNI machines give the same bits.
+
+use super::act_split::SplitAct;
+use super::group_tiles::G;
+use super::repack::{PackedQ4, TT};
+use super::stream::prefetch_ahead;
+use std::arch::x86_64::*;
+
+/// The 4-byte activations c of one plane's block at `x`, broadcast to every lane.
+#[inline(always)]
+unsafe fn bcast(x: *const i8, c: usize) -> __m256i {
+    _mm256_set1_epi32(std::ptr::read_unaligned((x as *const i32).add(c)))
+}
+
+/// 8 lanes of Σ w·(128·hi + lo) over one 32-block of token block `tb`, plus `bias`: `w` holds
+/// the half's 8 vectors of 4 unsigned weights per row (elements 4c..4c+4 in vector c, the
+/// low nibbles' four chunks, then the high ones'). FLUSH products stay in i16 before they
+/// widen: all 8 for nibbles, 4 for Q5_0's values up to 31 (4 · 2 · 31 · 128 = 31744).
+#[inline(always)]
+unsafe fn planes<const FLUSH: usize>(
+    w: &[__m256i; 8],
+    act: &SplitAct,
+    tb: usize,
+    bias: __m256i,
+) -> __m256i {
+    let xh = act.hi.qs.as_ptr().add(tb * 32);
+    let xl = act.lo.qs.as_ptr().add(tb * 32);
+    let mut isum = bias;
+    for (k, part) in w.chunks_exact(FLUSH).enumerate() {
+        let (mut ih, mut il) = (_mm256_setzero_si256(), _mm256_setzero_si256());
+        for (i, w) in part.iter().enumerate() {
+            let c = k * FLUSH + i;
+            ih = _mm256_add_epi16(ih, _mm256_maddubs_epi16(*w, bcast(xh, c)));
+            il = _mm256_add_epi16(il, _mm256_maddubs_epi16(*w, bcast(xl, c)));
+        }
+        let hi = _mm256_madd_epi16(ih, _mm256_set1_epi16(128));
+        let lo = _mm256_madd_epi16(il, _mm256_set1_epi16(1));
+        isum = _mm256_add_epi32(isum, _mm256_add_epi32(hi, lo));
+    }
+    isum
+}
+
+/// One group of 16 Q4_0 (`Q41` false) or Q4_1 rows against TN tokens from t0: row 8h + l of
+/// token j in res[j][8h + l].
+///
+/// # Safety
+/// AVX2, FMA and F16C; `g` a group of `p` (Q4_0 or Q4_1); tokens t0..t0+TN held by `act`.
+#[target_feature(enable = "avx2,fma,f16c")]
+pub(super) unsafe fn group<const TN: usize, const Q41: bool>(
+    p: &PackedQ4,
+    g: usize,
+    act: &SplitAct,
+    t0: usize,
+    res: &mut [[f32; G]; TT],
+) {
+    let nb = p.cols / 32;
+    let mins = if Q41 { 32 } else { 0 };
+    let low = _mm256_set1_epi8(0x0F);
+    // (half, token): f32 lanes, a row each
+    let mut acc = [[_mm256_setzero_ps(); TN]; 2];
+    let mut macc = [[_mm256_setzero_ps(); TN]; 2];
+    for b in 0..nb {
+        let base = p.block(g, b);
+        if TN == 1 {
+            prefetch_ahead(base, p.gb);
+        }
+        for h in 0..2 {
+            let dw = _mm256_cvtph_ps(_mm_loadu_si128(base.add(16 * h) as *const __m128i));
+            // w[c]: elements 4c..4c+4 (low nibbles), w[4 + c]: 16+4c..16+4c+4 (high ones)
+            let mut w = [_mm256_setzero_si256(); 8];
+            for c in 0..4 {
+                let v = _mm256_loadu_si256(base.add(32 + mins + 64 * c + 32 * h) as *const _);
+                w[c] = _mm256_and_si256(v, low);
+                w[4 + c] = _mm256_and_si256(_mm256_srli_epi16::<4>(v), low);
+            }
+            for j in 0..TN {
+                let tb = (t0 + j) * nb + b;
+                // nibbles are 0..15; Q4_0 subtracts 8 * sum(x) for its offset, Q4_1 adds m * s
+                let bias = _mm256_set1_epi32(if Q41 { 0 } else { -8 * act.sum[tb] });
+                let isum = planes::<8>(&w, act, tb, bias);
+                let scale = _mm256_mul_ps(dw, _mm256_set1_ps(act.lo.d[tb]));
+                acc[h][j] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum), scale, acc[h][j]);
+                if Q41 {
+                    let mw = _mm256_cvtph_ps(_mm_loadu_si128(base.add(32 + 16 * h) as *const _));
+                    macc[h][j] = _mm256_fmadd_ps(mw, _mm256_set1_ps(act.s[tb]), macc[h][j]);
+                }
+            }
+        }
+    }
+    for h in 0..2 {
+        for j in 0..TN {
+            let r = if Q41 {
+                _mm256_add_ps(acc[h][j], macc[h][j])
+            } else {
+                acc[h][j]
+            };
+            _mm256_storeu_ps(res[j].as_mut_ptr().add(8 * h), r);
+        }
+    }
+}
+
+/// One group of 16 Q8_0 rows against TN tokens from t0 (as `group`).
+///
+/// # Safety
+/// As `group`, for a Q8_0 matrix.
+#[target_feature(enable = "avx2,fma,f16c")]
+pub(super) unsafe fn group_q8<const TN: usize>(
+    p: &PackedQ4,
+    g: usize,
+    act: &SplitAct,
+    t0: usize,
+    res: &mut [[f32; G]; TT],
+) {
+    let nb = p.cols / 32;
+    let ones = _mm256_set1_epi16(1);
+    let mut acc = [[_mm256_setzero_ps(); TN]; 2];
+    for b in 0..nb {
+        let base = p.block(g, b);
+        if TN == 1 {
+            prefetch_ahead(base, p.gb);
+        }
+        for h in 0..2 {
+            let dw = _mm256_cvtph_ps(_mm_loadu_si128(base.add(16 * h) as *const __m128i));
+            // the weights (signed) and their magnitudes, elements 4c..4c+4 in vector c
+            let mut w = [_mm256_setzero_si256(); 8];
+            let mut aw = [_mm256_setzero_si256(); 8];
+            for c in 0..8 {
+                w[c] = _mm256_loadu_si256(base.add(64 + 64 * c + 32 * h) as *const _);
+                aw[c] = _mm256_abs_epi8(w[c]);
+            }
+            for j in 0..TN {
+                let tb = (t0 + j) * nb + b;
+                let xh = act.hi.qs.as_ptr().add(tb * 32);
+                let xl = act.lo.qs.as_ptr().add(tb * 32);
+                let (mut ih, mut il) = (_mm256_setzero_si256(), _mm256_setzero_si256());
+                for c in 0..8 {
+                    let h = _mm256_maddubs_epi16(aw[c], _mm256_sign_epi8(bcast(xh, c), w[c]));
+                    let l = _mm256_maddubs_epi16(aw[c], _mm256_sign_epi8(bcast(xl, c), w[c]));
+                    ih = _mm256_add_epi32(ih, _mm256_madd_epi16(h, ones));
+                    il = _mm256_add_epi32(il, _mm256_madd_epi16(l, ones));
+                }
+                let isum = _mm256_add_epi32(_mm256_slli_epi32::<7>(ih), il);
+                let scale = _mm256_mul_ps(dw, _mm256_set1_ps(act.lo.d[tb]));
+                acc[h][j] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum), scale, acc[h][j]);
+            }
+        }
+    }
+    for h in 0..2 {
+        for j in 0..TN {
+            _mm256_storeu_ps(res[j].as_mut_ptr().add(8 * h), acc[h][j]);
+        }
+    }
+}
+
+/// Bits `shift..shift + 4` of each lane's fifth-bit mask, moved to bit 4 of the lane's 4
+/// bytes (x * 0x00204081 places bit i at bit 8i; no partial products overlap), as
+/// `repack_vnni::fifth`.
+#[inline(always)]
+unsafe fn fifth(qh: __m256i, shift: i32) -> __m256i {
+    let b = _mm256_and_si256(
+        _mm256_srl_epi32(qh, _mm_cvtsi32_si128(shift)),
+        _mm256_set1_epi32(0xF),
+    );
+    let spread = _mm256_mullo_epi32(b, _mm256_set1_epi32(0x0020_4081));
+    _mm256_slli_epi32::<4>(_mm256_and_si256(spread, _mm256_set1_epi32(0x0101_0101)))
+}
+
+/// One group of 16 Q5_0 rows against TN tokens from t0 (as `group`): nibbles plus fifth bits,
+/// values 0..31 less 16.
+///
+/// # Safety
+/// As `group`, for a Q5_0 matrix.
+#[target_feature(enable = "avx2,fma,f16c")]
+pub(super) unsafe fn group_q5<const TN: usize>(
+    p: &PackedQ4,
+    g: usize,
+    act: &SplitAct,
+    t0: usize,
+    res: &mut [[f32; G]; TT],
+) {
+    let nb = p.cols / 32;
+    let low = _mm256_set1_epi8(0x0F);
+    let mut acc = [[_mm256_setzero_ps(); TN]; 2];
+    for b in 0..nb {
+        let base = p.block(g, b);
+        if TN == 1 {
+            prefetch_ahead(base, p.gb);
+        }
+        for h in 0..2 {
+            let dw = _mm256_cvtph_ps(_mm_loadu_si128(base.add(16 * h) as *const __m128i));
+            let qh = _mm256_loadu_si256(base.add(32 + 32 * h) as *const _);
+            let mut w = [_mm256_setzero_si256(); 8];
+            for c in 0..4 {
+                let v = _mm256_loadu_si256(base.add(96 + 64 * c + 32 * h) as *const _);
+                w[c] = _mm256_or_si256(_mm256_and_si256(v, low), fifth(qh, 4 * c as i32));
+                w[4 + c] = _mm256_or_si256(
+                    _mm256_and_si256(_mm256_srli_epi16::<4>(v), low),
+                    fifth(qh, 16 + 4 * c as i32),
+                );
+            }
+            for j in 0..TN {
+                let tb = (t0 + j) * nb + b;
+                let isum = planes::<4>(&w, act, tb, _mm256_set1_epi32(-16 * act.sum[tb]));
+                let scale = _mm256_mul_ps(dw, _mm256_set1_ps(act.lo.d[tb]));
+                acc[h][j] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum), scale, acc[h][j]);
+            }
+        }
+    }
+    for h in 0..2 {
+        for j in 0..TN {
+            _mm256_storeu_ps(res[j].as_mut_ptr().add(8 * h), acc[h][j]);
+        }
+    }
+}
