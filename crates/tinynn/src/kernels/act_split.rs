@@ -26,6 +26,8 @@ pub struct SplitAct {
     pub lo: Q8_1Act,
     /// Per block: Σ(128·hi + lo), the integer sum of the block's values.
     pub sum: Vec<i32>,
+    /// Per block: Σhi, the coarse plane's integer sum (the interleaved kernels' coarse mode).
+    pub sum_hi: Vec<i32>,
     /// Per block: lo.d · sum, the block's represented sum in f32 (Q4_1's min term).
     pub s: Vec<f32>,
 }
@@ -46,6 +48,7 @@ impl SplitAct {
             p.qs.resize(nb * 32, 0);
         }
         self.sum.resize(nb, 0);
+        self.sum_hi.resize(nb, 0);
         self.s.resize(nb, 0.0);
         #[cfg(target_arch = "x86_64")]
         if super::dot::simd_level() != super::dot::SimdLevel::Scalar {
@@ -65,6 +68,7 @@ impl SplitAct {
         self.lo.d[b] = unit;
         self.lo.s[b] = unit * sum_lo as f32;
         self.sum[b] = 128 * sum_hi + sum_lo;
+        self.sum_hi[b] = sum_hi;
         self.s[b] = unit * self.sum[b] as f32;
     }
 

@@ -209,12 +209,15 @@ impl PackedQ4 {
     }
 
     /// Rows of groups g0..g1 for all T tokens: out[t * ldo + r]. `act` holds X (T, K) as
-    /// two 8-bit planes (`act_split`).
+    /// two 8-bit planes (`act_split`). With COARSE, the coarse plane alone where the kernel is
+    /// AVX2's (half its integer work, for a draft model's proposals: `coarse_activations`);
+    /// the VNNI kernels take both planes.
     ///
     /// # Safety
-    /// The CPU must have the kernel (`has_packed_kernel`, which packing checked); `out` must be valid for writes at
-    /// `t * ldo + r` for t < T and the rows of these groups, and owned by the caller.
-    pub unsafe fn gemm_groups(
+    /// The CPU must have the kernel (`has_packed_kernel`, which packing checked); `out` must
+    /// be valid for writes at `t * ldo + r` for t < T and the rows of these groups, and owned
+    /// by the caller.
+    pub unsafe fn gemm_groups<const COARSE: bool>(
         &self,
         g0: usize,
         g1: usize,
@@ -244,15 +247,17 @@ impl PackedQ4 {
                     }
                     (true, _) => by_tile_width!(tn, group, false; self, g, act, t0, res),
                     (false, GgmlType::Q5_0) => {
-                        by_tile_width!(tn, avx2_group_q5; self, g, act, t0, res)
+                        by_tile_width!(tn, avx2_group_q5, COARSE; self, g, act, t0, res)
                     }
                     (false, GgmlType::Q8_0) => {
-                        by_tile_width!(tn, avx2_group_q8; self, g, act, t0, res)
+                        by_tile_width!(tn, avx2_group_q8, COARSE; self, g, act, t0, res)
                     }
                     (false, GgmlType::Q4_1) => {
-                        by_tile_width!(tn, avx2_group, true; self, g, act, t0, res)
+                        by_tile_width!(tn, avx2_group, true, COARSE; self, g, act, t0, res)
                     }
-                    (false, _) => by_tile_width!(tn, avx2_group, false; self, g, act, t0, res),
+                    (false, _) => {
+                        by_tile_width!(tn, avx2_group, false, COARSE; self, g, act, t0, res)
+                    }
                 }
             },
         );
@@ -319,7 +324,7 @@ mod tests {
             act.quantize(&x);
             let mut y = vec![0f32; t * n];
             // SAFETY: kernel detected; y is (t, n).
-            unsafe { p.gemm_groups(0, p.groups(), &act, t, y.as_mut_ptr(), n) };
+            unsafe { p.gemm_groups::<false>(0, p.groups(), &act, t, y.as_mut_ptr(), n) };
             let nb = k / 32;
             for i in 0..t {
                 let xr: Vec<f32> = (0..k).map(|e| act.value(i * nb + e / 32, e % 32)).collect();
@@ -345,7 +350,7 @@ mod tests {
                 a1.quantize(&x[i * k..(i + 1) * k]);
                 let mut y1 = vec![0f32; n];
                 // SAFETY: as above.
-                unsafe { p.gemm_groups(0, p.groups(), &a1, 1, y1.as_mut_ptr(), n) };
+                unsafe { p.gemm_groups::<false>(0, p.groups(), &a1, 1, y1.as_mut_ptr(), n) };
                 assert_eq!(&y1[..], &y[i * n..(i + 1) * n]);
             }
         }

@@ -24,12 +24,24 @@ unsafe fn bcast(x: *const i8, c: usize) -> __m256i {
     _mm256_set1_epi32(std::ptr::read_unaligned((x as *const i32).add(c)))
 }
 
+/// Token block tb's integer sum, the unit of its integers and its represented sum: of the two
+/// planes together, or (COARSE) of the coarse plane alone.
+#[inline(always)]
+fn unit_sums<const COARSE: bool>(act: &SplitAct, tb: usize) -> (i32, f32, f32) {
+    if COARSE {
+        (act.sum_hi[tb], act.hi.d[tb], act.hi.s[tb])
+    } else {
+        (act.sum[tb], act.lo.d[tb], act.s[tb])
+    }
+}
+
 /// 8 lanes of Σ w·(128·hi + lo) over one 32-block of token block `tb`, plus `bias`: `w` holds
 /// the half's 8 vectors of 4 unsigned weights per row (elements 4c..4c+4 in vector c, the
 /// low nibbles' four chunks, then the high ones'). FLUSH products stay in i16 before they
-/// widen: all 8 for nibbles, 4 for Q5_0's values up to 31 (4 · 2 · 31 · 128 = 31744).
+/// widen: all 8 for nibbles, 4 for Q5_0's values up to 31 (4 · 2 · 31 · 128 = 31744). COARSE:
+/// Σ w·hi alone (+ bias), half the work, for a draft model (`coarse_activations`).
 #[inline(always)]
-unsafe fn planes<const FLUSH: usize>(
+unsafe fn planes<const FLUSH: usize, const COARSE: bool>(
     w: &[__m256i; 8],
     act: &SplitAct,
     tb: usize,
@@ -43,7 +55,13 @@ unsafe fn planes<const FLUSH: usize>(
         for (i, w) in part.iter().enumerate() {
             let c = k * FLUSH + i;
             ih = _mm256_add_epi16(ih, _mm256_maddubs_epi16(*w, bcast(xh, c)));
-            il = _mm256_add_epi16(il, _mm256_maddubs_epi16(*w, bcast(xl, c)));
+            if !COARSE {
+                il = _mm256_add_epi16(il, _mm256_maddubs_epi16(*w, bcast(xl, c)));
+            }
+        }
+        if COARSE {
+            isum = _mm256_add_epi32(isum, _mm256_madd_epi16(ih, _mm256_set1_epi16(1)));
+            continue;
         }
         let hi = _mm256_madd_epi16(ih, _mm256_set1_epi16(128));
         let lo = _mm256_madd_epi16(il, _mm256_set1_epi16(1));
@@ -53,12 +71,12 @@ unsafe fn planes<const FLUSH: usize>(
 }
 
 /// One group of 16 Q4_0 (`Q41` false) or Q4_1 rows against TN tokens from t0: row 8h + l of
-/// token j in res[j][8h + l].
+/// token j in res[j][8h + l]. COARSE: against the coarse plane alone, with its scale and sums.
 ///
 /// # Safety
 /// AVX2, FMA and F16C; `g` a group of `p` (Q4_0 or Q4_1); tokens t0..t0+TN held by `act`.
 #[target_feature(enable = "avx2,fma,f16c")]
-pub(super) unsafe fn group<const TN: usize, const Q41: bool>(
+pub(super) unsafe fn group<const TN: usize, const Q41: bool, const COARSE: bool>(
     p: &PackedQ4,
     g: usize,
     act: &SplitAct,
@@ -87,14 +105,15 @@ pub(super) unsafe fn group<const TN: usize, const Q41: bool>(
             }
             for j in 0..TN {
                 let tb = (t0 + j) * nb + b;
+                let (sum, unit, s) = unit_sums::<COARSE>(act, tb);
                 // nibbles are 0..15; Q4_0 subtracts 8 * sum(x) for its offset, Q4_1 adds m * s
-                let bias = _mm256_set1_epi32(if Q41 { 0 } else { -8 * act.sum[tb] });
-                let isum = planes::<8>(&w, act, tb, bias);
-                let scale = _mm256_mul_ps(dw, _mm256_set1_ps(act.lo.d[tb]));
+                let bias = _mm256_set1_epi32(if Q41 { 0 } else { -8 * sum });
+                let isum = planes::<8, COARSE>(&w, act, tb, bias);
+                let scale = _mm256_mul_ps(dw, _mm256_set1_ps(unit));
                 acc[h][j] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum), scale, acc[h][j]);
                 if Q41 {
                     let mw = _mm256_cvtph_ps(_mm_loadu_si128(base.add(32 + 16 * h) as *const _));
-                    macc[h][j] = _mm256_fmadd_ps(mw, _mm256_set1_ps(act.s[tb]), macc[h][j]);
+                    macc[h][j] = _mm256_fmadd_ps(mw, _mm256_set1_ps(s), macc[h][j]);
                 }
             }
         }
@@ -111,12 +130,12 @@ pub(super) unsafe fn group<const TN: usize, const Q41: bool>(
     }
 }
 
-/// One group of 16 Q8_0 rows against TN tokens from t0 (as `group`).
+/// One group of 16 Q8_0 rows against TN tokens from t0 (as `group`, COARSE too).
 ///
 /// # Safety
 /// As `group`, for a Q8_0 matrix.
 #[target_feature(enable = "avx2,fma,f16c")]
-pub(super) unsafe fn group_q8<const TN: usize>(
+pub(super) unsafe fn group_q8<const TN: usize, const COARSE: bool>(
     p: &PackedQ4,
     g: usize,
     act: &SplitAct,
@@ -147,12 +166,18 @@ pub(super) unsafe fn group_q8<const TN: usize>(
                 let (mut ih, mut il) = (_mm256_setzero_si256(), _mm256_setzero_si256());
                 for c in 0..8 {
                     let h = _mm256_maddubs_epi16(aw[c], _mm256_sign_epi8(bcast(xh, c), w[c]));
-                    let l = _mm256_maddubs_epi16(aw[c], _mm256_sign_epi8(bcast(xl, c), w[c]));
                     ih = _mm256_add_epi32(ih, _mm256_madd_epi16(h, ones));
-                    il = _mm256_add_epi32(il, _mm256_madd_epi16(l, ones));
+                    if !COARSE {
+                        let l = _mm256_maddubs_epi16(aw[c], _mm256_sign_epi8(bcast(xl, c), w[c]));
+                        il = _mm256_add_epi32(il, _mm256_madd_epi16(l, ones));
+                    }
                 }
-                let isum = _mm256_add_epi32(_mm256_slli_epi32::<7>(ih), il);
-                let scale = _mm256_mul_ps(dw, _mm256_set1_ps(act.lo.d[tb]));
+                let isum = if COARSE {
+                    ih
+                } else {
+                    _mm256_add_epi32(_mm256_slli_epi32::<7>(ih), il)
+                };
+                let scale = _mm256_mul_ps(dw, _mm256_set1_ps(unit_sums::<COARSE>(act, tb).1));
                 acc[h][j] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum), scale, acc[h][j]);
             }
         }
@@ -177,13 +202,13 @@ unsafe fn fifth(qh: __m256i, shift: i32) -> __m256i {
     _mm256_slli_epi32::<4>(_mm256_and_si256(spread, _mm256_set1_epi32(0x0101_0101)))
 }
 
-/// One group of 16 Q5_0 rows against TN tokens from t0 (as `group`): nibbles plus fifth bits,
-/// values 0..31 less 16.
+/// One group of 16 Q5_0 rows against TN tokens from t0 (as `group`, COARSE too): nibbles plus
+/// fifth bits, values 0..31 less 16.
 ///
 /// # Safety
 /// As `group`, for a Q5_0 matrix.
 #[target_feature(enable = "avx2,fma,f16c")]
-pub(super) unsafe fn group_q5<const TN: usize>(
+pub(super) unsafe fn group_q5<const TN: usize, const COARSE: bool>(
     p: &PackedQ4,
     g: usize,
     act: &SplitAct,
@@ -212,8 +237,9 @@ pub(super) unsafe fn group_q5<const TN: usize>(
             }
             for j in 0..TN {
                 let tb = (t0 + j) * nb + b;
-                let isum = planes::<4>(&w, act, tb, _mm256_set1_epi32(-16 * act.sum[tb]));
-                let scale = _mm256_mul_ps(dw, _mm256_set1_ps(act.lo.d[tb]));
+                let (sum, unit, _) = unit_sums::<COARSE>(act, tb);
+                let isum = planes::<4, COARSE>(&w, act, tb, _mm256_set1_epi32(-16 * sum));
+                let scale = _mm256_mul_ps(dw, _mm256_set1_ps(unit));
                 acc[h][j] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum), scale, acc[h][j]);
             }
         }

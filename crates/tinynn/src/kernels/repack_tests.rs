@@ -1,13 +1,15 @@
 //! `repack`'s kernels (VNNI or AVX2, whichever this CPU runs) bit for bit against a scalar
 //! model of their arithmetic: per block the exact integer Σ w·(128·hi + lo), then
 //! acc = isum · (d · lo.d) + acc and, for Q4_1, macc = m · s + macc, each one fma; the row's
-//! result acc + macc. Both kernels follow this model, so both CPUs give the same bits.
+//! result acc + macc. Both kernels follow this model, so both CPUs give the same bits. The
+//! AVX2 kernels' coarse mode follows the same model on the coarse plane alone (Σ w·hi, hi's
+//! scale and sum).
 
 use super::*;
 use crate::quant::float::f16_at;
 
-/// The model for one row of `ty` and token `tok` of `act`.
-fn model(ty: GgmlType, row: &[u8], act: &SplitAct, tok: usize) -> f32 {
+/// The model for one row of `ty` and token `tok` of `act`, both planes or the coarse one.
+fn model(ty: GgmlType, row: &[u8], act: &SplitAct, tok: usize, coarse: bool) -> f32 {
     let size = ty.type_size();
     let nb = row.len() / size;
     let (mut acc, mut macc) = (0f32, 0f32);
@@ -35,13 +37,18 @@ fn model(ty: GgmlType, row: &[u8], act: &SplitAct, tok: usize) -> f32 {
         };
         let isum: i32 = (0..32)
             .map(|e| {
-                let x = 128 * act.hi.qs[tb * 32 + e] as i32 + act.lo.qs[tb * 32 + e] as i32;
-                w(e) * x
+                let (hi, lo) = (act.hi.qs[tb * 32 + e] as i32, act.lo.qs[tb * 32 + e] as i32);
+                w(e) * if coarse { hi } else { 128 * hi + lo }
             })
             .sum();
-        acc = (isum as f32).mul_add(f16_at(blk, 0) * act.lo.d[tb], acc);
+        let (unit, s) = if coarse {
+            (act.hi.d[tb], act.hi.s[tb])
+        } else {
+            (act.lo.d[tb], act.s[tb])
+        };
+        acc = (isum as f32).mul_add(f16_at(blk, 0) * unit, acc);
         if ty == GgmlType::Q4_1 {
-            macc = f16_at(blk, 2).mul_add(act.s[tb], macc);
+            macc = f16_at(blk, 2).mul_add(s, macc);
         }
     }
     if ty == GgmlType::Q4_1 {
@@ -52,7 +59,7 @@ fn model(ty: GgmlType, row: &[u8], act: &SplitAct, tok: usize) -> f32 {
 }
 
 /// Y (t, n) from the kernel over all groups, the tokens in two calls split at `split`.
-fn run(p: &PackedQ4, x: &[f32], split: usize) -> Vec<f32> {
+fn run(p: &PackedQ4, x: &[f32], split: usize, coarse: bool) -> Vec<f32> {
     let (n, k) = (p.rows, p.cols);
     let t = x.len() / k;
     let mut y = vec![f32::NAN; t * n];
@@ -63,8 +70,14 @@ fn run(p: &PackedQ4, x: &[f32], split: usize) -> Vec<f32> {
     second.quantize(&x[split * k..]);
     // SAFETY: the kernel exists (the matrix was packed); y is (t, n), the parts disjoint.
     unsafe {
-        p.gemm_groups(0, p.groups(), &first, split, y.as_mut_ptr(), n);
-        p.gemm_groups(
+        let f = if coarse {
+            PackedQ4::gemm_groups::<true>
+        } else {
+            PackedQ4::gemm_groups::<false>
+        };
+        f(p, 0, p.groups(), &first, split, y.as_mut_ptr(), n);
+        f(
+            p,
             0,
             p.groups(),
             &second,
@@ -84,15 +97,22 @@ fn check(ty: GgmlType, bytes: &[u8], n: usize, k: usize, x: &[f32], what: &str) 
     let t = x.len() / k;
     let mut act = SplitAct::default();
     act.quantize(x);
-    for split in [0, 1, t / 2, t] {
-        let y = run(&p, x, split);
+    // the coarse mode is the AVX2 kernels' (VNNI's take both planes)
+    let modes: &[bool] = if crate::kernels::qgemm::has_vnni() {
+        &[false]
+    } else {
+        &[false, true]
+    };
+    for (&coarse, split) in modes.iter().flat_map(|c| [0, 1, t / 2, t].map(|s| (c, s))) {
+        let y = run(&p, x, split, coarse);
         for j in 0..t {
             for r in 0..n {
-                let want = model(ty, w.row(r), &act, j);
+                let want = model(ty, w.row(r), &act, j, coarse);
                 assert_eq!(
                     y[j * n + r].to_bits(),
                     want.to_bits(),
-                    "{ty} {what} n={n} k={k} token {j} row {r} (split {split}): {} vs {want}",
+                    "{ty} {what} n={n} k={k} token {j} row {r} (split {split}, coarse \
+                     {coarse}): {} vs {want}",
                     y[j * n + r]
                 );
             }

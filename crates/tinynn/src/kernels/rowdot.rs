@@ -86,7 +86,8 @@ thread_local! {
     static COARSE: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
 }
 
-/// Runs `f` with the legacy types' decode row dots (and batches under `ROW_DOT_BATCH`) on the
+/// Runs `f` with the legacy types' decode row dots (and batches under `ROW_DOT_BATCH`), and
+/// their AVX2 interleaved kernels (`repack_avx2`), on the
 /// activations' coarse 8-bit plane alone, as ggml's one Q8 plane: half their integer work, at
 /// ggml's activation rounding instead of toy's finer two planes. For a speculative draft,
 /// whose rounding only changes how many of its tokens the target keeps. Products started on
@@ -416,7 +417,14 @@ fn packed_int8_many(ws: &[QMat], x: &[f32], t: usize, ys: &mut [&mut [f32]]) {
             };
             // SAFETY: the packed kernel exists on this CPU (packs are only made then); this
             // tile alone writes the rows of groups g of output i (T, N_i).
-            unsafe { p.gemm_groups(g.start, g.end, &acts.split, t, outs[i].at(0), ws[i].rows) };
+            unsafe {
+                let (split, out, ldo) = (&acts.split, outs[i].at(0), ws[i].rows);
+                if acts.coarse {
+                    p.gemm_groups::<true>(g.start, g.end, split, t, out, ldo)
+                } else {
+                    p.gemm_groups::<false>(g.start, g.end, split, t, out, ldo)
+                }
+            };
         });
     })
 }
