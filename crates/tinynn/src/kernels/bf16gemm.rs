@@ -38,23 +38,28 @@ impl View {
     }
 }
 
-/// Whether this CPU has the instructions (AVX-512F and AVX512-BF16).
+/// Whether this CPU has the instructions (AVX-512F, -BW and AVX512-BF16).
 pub fn available() -> bool {
     #[cfg(target_arch = "x86_64")]
     {
-        is_x86_feature_detected!("avx512f") && is_x86_feature_detected!("avx512bf16")
+        is_x86_feature_detected!("avx512f")
+            && is_x86_feature_detected!("avx512bw")
+            && is_x86_feature_detected!("avx512bf16")
     }
     #[cfg(not(target_arch = "x86_64"))]
     false
 }
 
-/// f32 -> bf16 bits, round to nearest even (NaN stays NaN); plain integer steps that the
-/// compiler vectorizes in the packing loops.
+/// f32 -> bf16 bits as `vcvtne2ps2bf16` rounds: to nearest even, NaN stays NaN (quieted),
+/// denormals become a signed zero.
 #[inline(always)]
 pub fn to_bf16(x: f32) -> u16 {
     let b = x.to_bits();
     if x.is_nan() {
         return ((b >> 16) | 0x40) as u16;
+    }
+    if b & 0x7F80_0000 == 0 {
+        return ((b >> 16) & 0x8000) as u16;
     }
     (b.wrapping_add(0x7FFF + ((b >> 16) & 1)) >> 16) as u16
 }
@@ -62,6 +67,15 @@ pub fn to_bf16(x: f32) -> u16 {
 /// The bf16 value nearest `x`, as f32 (what the products see of an operand).
 pub fn round_bf16(x: f32) -> f32 {
     f32::from_bits((to_bf16(x) as u32) << 16)
+}
+
+thread_local! {
+    /// The calling thread's pack buffers (A, B), kept between products so that packing
+    /// neither clears nor faults in fresh memory; a nested product on the same thread finds
+    /// them taken and starts its own.
+    static PACKS: std::cell::RefCell<(Vec<u32>, Vec<u32>)> = const {
+        std::cell::RefCell::new((Vec::new(), Vec::new()))
+    };
 }
 
 /// Which kernel does the tiles.
@@ -236,8 +250,9 @@ pub unsafe fn gemm_with(
     }
     let (row_pad, k_pad) = kernel.pads();
     let kp = k.div_ceil(k_pad) * k_pad;
-    let ap = pack_a(a, m, k, kp, row_pad, par);
-    let bp = pack_b(b, k, n, kp, par);
+    let (mut ap, mut bp) = PACKS.with(|p| std::mem::take(&mut *p.borrow_mut()));
+    pack_a(&mut ap, a, m, k, kp, row_pad, kernel == Kernel::Amx, par);
+    pack_b(&mut bp, b, k, n, kp, par);
     let o = Out {
         dst,
         rs: dst_rs,
@@ -282,13 +297,18 @@ pub unsafe fn gemm_with(
                 let mut c = [0f32; 32 * 32];
                 for t in panels {
                     let (j0, cols) = (t * NR, NR.min(n - t * NR));
-                    super::bf16amx::block(
+                    let (a, b) = (
                         ap.as_ptr().add(i0 * kp2) as *const u16,
-                        kp,
                         bp.as_ptr().add(t * panel),
-                        &mut c,
                     );
-                    o.add(&c, 32, i0, j0, live, cols);
+                    if live == 32 && cols == 32 && o.beta == 1.0 && o.rs > 0 {
+                        // a whole block with plain sums: the tiles load and store dst itself
+                        let d = o.dst.offset(i0 as isize * o.rs).add(j0);
+                        super::bf16amx::block_into(a, kp, b, d, o.rs as usize, o.acc);
+                    } else {
+                        super::bf16amx::block(a, kp, b, &mut c);
+                        o.add(&c, 32, i0, j0, live, cols);
+                    }
                 }
                 super::bf16amx::release();
             },
@@ -304,6 +324,7 @@ pub unsafe fn gemm_with(
             (0..mt).for_each(|ti| run(ti, b0));
         }
     }
+    PACKS.with(|p| *p.borrow_mut() = (ap, bp));
 }
 
 /// The reference: the same product with each operand rounded to bf16, summed in f64.
@@ -418,6 +439,7 @@ mod tests {
                 (25, 70, 31),
                 (5, 17, 130),
                 (40, 64, 96),
+                (70, 50, 100),
             ] {
                 let a: Vec<f32> = (0..m * k)
                     .map(|x| ((x * 7 % 9) as f32 - 4.0) * 0.5)
@@ -435,7 +457,92 @@ mod tests {
                         );
                     }
                 }
+                // acc with beta 1 (whole AMX blocks start from dst): dst + A B, also exact
+                let mut y: Vec<f32> = (0..m * n).map(|x| (x % 13) as f32).collect();
+                let (va, vb) = (
+                    View {
+                        ptr: a.as_ptr(),
+                        rs: k as isize,
+                        cs: 1,
+                    },
+                    View {
+                        ptr: b.as_ptr(),
+                        rs: n as isize,
+                        cs: 1,
+                    },
+                );
+                // SAFETY: the views cover (m, k) and (k, n); y is (m, n).
+                unsafe {
+                    gemm_with(
+                        kernel,
+                        m,
+                        n,
+                        k,
+                        y.as_mut_ptr(),
+                        n as isize,
+                        true,
+                        va,
+                        vb,
+                        1.0,
+                        true,
+                    )
+                };
+                for (x, (g, w)) in y.iter().zip(&want).enumerate() {
+                    assert_eq!(
+                        *g as f64,
+                        (x % 13) as f64 + w,
+                        "{kernel:?} acc ({m}, {n}, {k})"
+                    );
+                }
             }
+        }
+    }
+
+    /// Operands with neither stride 1 (the packers' scalar path) give the plain layout's sums.
+    #[test]
+    fn strided_operands_equal_the_plain_layout() {
+        if !available() {
+            eprintln!("no AVX512-BF16 on this CPU: the bf16 kernel is not used here");
+            return;
+        }
+        let (m, n, k) = (19, 37, 45);
+        let a = crate::kernels::test_data(m * k, 3);
+        let b = crate::kernels::test_data(k * n, 4);
+        // every element twice: element (i, kk) of A at 2 (i k + kk)
+        let (a2, b2): (Vec<f32>, Vec<f32>) = (
+            a.iter().flat_map(|&x| [x, 0.0]).collect(),
+            b.iter().flat_map(|&x| [x, 0.0]).collect(),
+        );
+        for kernel in kernels() {
+            let want = run(kernel, m, n, k, &a, &b, false);
+            let mut y = vec![0.0f32; m * n];
+            let va = View {
+                ptr: a2.as_ptr(),
+                rs: 2 * k as isize,
+                cs: 2,
+            };
+            let vb = View {
+                ptr: b2.as_ptr(),
+                rs: 2 * n as isize,
+                cs: 2,
+            };
+            // SAFETY: the views cover (m, k) and (k, n) of the doubled copies; y is (m, n).
+            unsafe {
+                gemm_with(
+                    kernel,
+                    m,
+                    n,
+                    k,
+                    y.as_mut_ptr(),
+                    n as isize,
+                    false,
+                    va,
+                    vb,
+                    1.0,
+                    true,
+                )
+            };
+            assert_eq!(y, want, "{kernel:?}");
         }
     }
 

@@ -4,12 +4,15 @@
 //! - A (m, k) -> rows of kp/2 pairs, `[i * kp/2 + p] = (A(i, 2p), A(i, 2p+1))`.
 //! - B (k, n) -> panels of NR columns, `[t][p * NR + c] = (B(2p, j), B(2p+1, j))`, j = NR t + c.
 //!
-//! Each layout is a conversion where the operand is contiguous along the pairs, or a
-//! conversion into pairs along the other axis and a blocked u32 transpose where it is not
-//! (dY^T for the weight gradient, W^T for the forward), so every pass reads and writes whole
-//! cache lines. Zero past m, n and k.
+//! The conversion is AVX512-BF16's `vcvtne2ps2bf16` (32 floats to 32 bf16, nearest even).
+//! Where the operand runs along k (X and dY as A, W^T as B) its bf16 is already the pairs; where
+//! it runs along the other axis (dY^T as A, W and X as B) two lines' bf16 are interleaved by a
+//! word permute into pairs, and where the layout wants the other axis (dY^T's rows, W^T's
+//! panels) 16 x 16 blocks of pairs are transposed in registers. Every entry of the pack is
+//! written (zero past m, n and k), so a pack buffer is reused without clearing it.
 
 use super::bf16gemm::{to_bf16, View, NR};
+use super::bf16simd as simd;
 use rayon::prelude::*;
 
 /// Rows (or columns) of an operand handed to one task.
@@ -20,68 +23,22 @@ fn pair(lo: f32, hi: f32) -> u32 {
     to_bf16(lo) as u32 | (to_bf16(hi) as u32) << 16
 }
 
-/// `dst[r * ds + c] = src[c * ss + r]` for r < rows, c < cols, in 16 x 16 blocks.
-///
-/// # Safety
-/// Only where `bf16gemm::available` (AVX-512 is there).
-#[cfg_attr(
-    target_arch = "x86_64",
-    target_feature(enable = "avx512f,avx512bw,avx512vl,avx2")
-)]
-unsafe fn transpose(src: &[u32], ss: usize, dst: &mut [u32], ds: usize, rows: usize, cols: usize) {
-    for r0 in (0..rows).step_by(16) {
-        for c0 in (0..cols).step_by(16) {
-            for r in r0..(r0 + 16).min(rows) {
-                for c in c0..(c0 + 16).min(cols) {
-                    dst[r * ds + c] = src[c * ss + r];
-                }
-            }
-        }
+/// The pairs of line `i` of `v` along k, element (i, kk) at `v.ptr[i rs + kk cs]`: `out[p]`
+/// for p < out.len(), zero past k. Any strides (the scalar path).
+fn pairs_strided(v: View, i: usize, k: usize, out: &mut [u32]) {
+    // SAFETY: (i, kk) is inside the operand for kk < k.
+    let at = |kk: usize| if kk < k { unsafe { v.at(i, kk) } } else { 0.0 };
+    for (p, d) in out.iter_mut().enumerate() {
+        *d = pair(at(2 * p), at(2 * p + 1));
     }
 }
 
-/// Pairs along k of line `line` of an operand whose k runs contiguously: `out[p]` for
-/// p < kp/2 from the k elements at `ptr`.
-///
-/// # Safety
-/// `ptr` must hold k elements; only where `bf16gemm::available`.
-#[cfg_attr(
-    target_arch = "x86_64",
-    target_feature(enable = "avx512f,avx512bw,avx512vl,avx2")
-)]
-unsafe fn pairs_contiguous(ptr: *const f32, k: usize, out: &mut [u32]) {
-    let src = std::slice::from_raw_parts(ptr, k);
-    let mut it = src.chunks_exact(2);
-    for (d, p) in out.iter_mut().zip(&mut it) {
-        *d = pair(p[0], p[1]);
-    }
-    if let [x] = it.remainder() {
-        out[k / 2] = pair(*x, 0.0);
-    }
-}
-
-/// Pairs along k of lines l0..l0+n of an operand whose lines run contiguously (element
-/// (l, kk) at `kk * ks + l`): `out[p * n + l]`.
-///
-/// # Safety
-/// Rows kk < k must hold the n elements from l0; only where `bf16gemm::available`.
-#[cfg_attr(
-    target_arch = "x86_64",
-    target_feature(enable = "avx512f,avx512bw,avx512vl,avx2")
-)]
-unsafe fn pairs_across(v: View, ks: isize, l0: usize, n: usize, k: usize, out: &mut [u32]) {
-    let row = |kk: usize| std::slice::from_raw_parts(v.ptr.offset(kk as isize * ks).add(l0), n);
-    for p in 0..k.div_ceil(2) {
-        let g = &mut out[p * n..(p + 1) * n];
-        let lo = row(2 * p);
-        if 2 * p + 1 < k {
-            let hi = row(2 * p + 1);
-            for ((d, &x), &y) in g.iter_mut().zip(lo).zip(hi) {
-                *d = pair(x, y);
-            }
-        } else {
-            g.iter_mut().zip(lo).for_each(|(d, &x)| *d = pair(x, 0.0));
-        }
+/// Row r's pairs `x` into a chunk of A's pack, placed by `lay`.
+fn put(chunk: &mut [u32], lay: simd::RowLayout, r: usize, x: &[u32]) {
+    for p0 in (0..lay.w).step_by(16) {
+        let n = 16.min(lay.w - p0);
+        let at = lay.at(r, p0);
+        chunk[at..at + n].copy_from_slice(&x[p0..p0 + n]);
     }
 }
 
@@ -95,91 +52,109 @@ fn for_chunks(out: &mut [u32], len: usize, par: bool, f: impl Fn(usize, &mut [u3
     }
 }
 
-/// A (m, k) as rows of kp/2 pairs, rows padded with zeros to a multiple of `pad`.
-pub fn pack_a(a: View, m: usize, k: usize, kp: usize, pad: usize, par: bool) -> Vec<u32> {
-    let kp2 = kp / 2;
-    let mut out = vec![0u32; m.div_ceil(pad) * pad * kp2];
-    for_chunks(&mut out, TASK * kp2, par, |c, chunk| {
-        let i0 = c * TASK;
-        let rows = TASK.min(m.saturating_sub(i0));
-        if rows == 0 {
-            return;
-        }
-        if a.cs == 1 {
-            for r in 0..rows {
-                // SAFETY: row i0 + r < m has k contiguous elements.
-                unsafe {
-                    let ptr = a.ptr.offset((i0 + r) as isize * a.rs);
-                    pairs_contiguous(ptr, k, &mut chunk[r * kp2..(r + 1) * kp2]);
-                }
-            }
-        } else if a.rs == 1 {
-            // rows run across (dY^T): pairs (p, r), then the transpose into rows
-            let mut tmp = vec![0u32; kp2 * rows];
-            // SAFETY: A's rows i0..i0+rows are inside it for every k.
-            unsafe { pairs_across(a, a.cs, i0, rows, k, &mut tmp) };
-            // SAFETY: pack_a runs only where bf16gemm::available.
-            unsafe { transpose(&tmp, rows, chunk, kp2, rows, kp2) };
-        } else {
-            for r in 0..rows {
-                for p in 0..k.div_ceil(2) {
-                    // SAFETY: (i0 + r, kk) is inside A for kk < k.
-                    let at = |kk: usize| {
-                        if kk < k {
-                            unsafe { a.at(i0 + r, kk) }
-                        } else {
-                            0.0
-                        }
-                    };
-                    chunk[r * kp2 + p] = pair(at(2 * p), at(2 * p + 1));
-                }
-            }
-        }
-    });
-    out
+/// `out` resized to `len`, zeroing only what it grows by (the packers write every entry).
+fn sized(out: &mut Vec<u32>, len: usize) {
+    if out.len() < len {
+        out.resize(len, 0);
+    } else {
+        out.truncate(len);
+    }
 }
 
-/// B (k, n) as panels of NR columns of kp/2 pairs each.
-pub fn pack_b(b: View, k: usize, n: usize, kp: usize, par: bool) -> Vec<u32> {
+/// A (m, k) into `out` as rows of kp/2 pairs, rows padded with zeros to a multiple of `pad`;
+/// with `tiled` (AMX: pad and kp multiples of 32) as 16 x 16-pair tiles, see
+/// `bf16simd::RowLayout`.
+///
+/// # Safety
+/// The view must reach every (i, kk) with i < m, kk < k; only where `bf16gemm::available`.
+#[allow(clippy::too_many_arguments)]
+pub unsafe fn pack_a(
+    out: &mut Vec<u32>,
+    a: View,
+    m: usize,
+    k: usize,
+    kp: usize,
+    pad: usize,
+    tiled: bool,
+    par: bool,
+) {
     let kp2 = kp / 2;
-    let mut out = vec![0u32; n.div_ceil(NR) * kp2 * NR];
-    for_chunks(&mut out, kp2 * NR, par, |t, panel| {
-        let (j0, cols) = (t * NR, NR.min(n - t * NR));
-        if b.cs == 1 {
-            // rows contiguous in j (W or X as the right operand): two rows make a group
-            let mut tmp = vec![0u32; kp2 * cols];
-            // SAFETY: B's columns j0..j0+cols are inside it for every k.
-            unsafe { pairs_across(b, b.rs, j0, cols, k, &mut tmp) };
-            for p in 0..kp2 {
-                panel[p * NR..p * NR + cols].copy_from_slice(&tmp[p * cols..(p + 1) * cols]);
-            }
-        } else if b.rs == 1 {
-            // columns contiguous in k (W^T): pairs per column, then the transpose into groups
-            let mut tmp = vec![0u32; cols * kp2];
-            for c in 0..cols {
-                // SAFETY: column j0 + c has k contiguous elements.
-                unsafe {
-                    let ptr = b.ptr.offset((j0 + c) as isize * b.cs);
-                    pairs_contiguous(ptr, k, &mut tmp[c * kp2..(c + 1) * kp2]);
+    assert!(!tiled || (kp2.is_multiple_of(16) && TASK.is_multiple_of(16)));
+    let lay = simd::RowLayout { w: kp2, tiled };
+    sized(out, m.div_ceil(pad) * pad * kp2);
+    for_chunks(out, TASK * kp2, par, |c, chunk| {
+        #[allow(clippy::redundant_locals)]
+        let a = a; // capture the whole View (Sync), not its raw pointer field
+        let i0 = c * TASK;
+        let rows = TASK.min(m.saturating_sub(i0));
+        let mut row = vec![0u32; if a.cs == 1 || a.rs == 1 { 0 } else { kp2 }];
+        if rows < chunk.len() / kp2 {
+            let zero = vec![0u32; kp2];
+            (rows..chunk.len() / kp2).for_each(|r| put(chunk, lay, r, &zero));
+        }
+        // SAFETY: rows i0..i0+rows are inside A for every kk < k (the caller's contract).
+        unsafe {
+            if a.cs == 1 {
+                for r in 0..rows {
+                    let ptr = a.ptr.offset((i0 + r) as isize * a.rs);
+                    simd::pairs_along(ptr, k, chunk, r, lay);
                 }
-            }
-            // SAFETY: pack_b runs only where bf16gemm::available.
-            unsafe { transpose(&tmp, kp2, panel, NR, kp2, cols) };
-        } else {
-            for c in 0..cols {
-                for p in 0..k.div_ceil(2) {
-                    // SAFETY: (kk, j0 + c) is inside B for kk < k.
-                    let at = |kk: usize| {
-                        if kk < k {
-                            unsafe { b.at(kk, j0 + c) }
-                        } else {
-                            0.0
-                        }
-                    };
-                    panel[p * NR + c] = pair(at(2 * p), at(2 * p + 1));
+            } else if a.rs == 1 {
+                // rows run across (dY^T): pairs of two k lines, transposed into rows
+                simd::pairs_across_transposed(a.ptr.add(i0), a.cs, k, rows, chunk, lay);
+            } else {
+                for r in 0..rows {
+                    pairs_strided(a, i0 + r, k, &mut row);
+                    put(chunk, lay, r, &row);
                 }
             }
         }
     });
-    out
+}
+
+/// B (k, n) into `out` as panels of NR columns of kp/2 pairs each.
+///
+/// # Safety
+/// The view must reach every (kk, j) with kk < k, j < n; only where `bf16gemm::available`.
+pub unsafe fn pack_b(out: &mut Vec<u32>, b: View, k: usize, n: usize, kp: usize, par: bool) {
+    let kp2 = kp / 2;
+    sized(out, n.div_ceil(NR) * kp2 * NR);
+    for_chunks(out, kp2 * NR, par, |t, panel| {
+        #[allow(clippy::redundant_locals)]
+        let b = b; // capture the whole View (Sync), not its raw pointer field
+        let (j0, cols) = (t * NR, NR.min(n - t * NR));
+        // SAFETY: columns j0..j0+cols are inside B for every kk < k (the caller's contract).
+        unsafe {
+            if b.cs == 1 {
+                // rows contiguous in j (W or X as the right operand): two rows make a group
+                simd::pairs_across(b.ptr.add(j0), b.rs, k, cols, panel, NR);
+            } else if b.rs == 1 {
+                // columns contiguous in k (W^T): each column's pairs, transposed into groups
+                simd::pairs_along_transposed(
+                    b.ptr.offset(j0 as isize * b.cs),
+                    b.cs,
+                    k,
+                    cols,
+                    panel,
+                );
+            } else {
+                let bt = View {
+                    ptr: b.ptr,
+                    rs: b.cs,
+                    cs: b.rs,
+                };
+                let mut col = vec![0u32; kp2];
+                for c in 0..NR {
+                    if c < cols {
+                        pairs_strided(bt, j0 + c, k, &mut col);
+                    } else {
+                        col.fill(0);
+                    }
+                    for (p, &x) in col.iter().enumerate() {
+                        panel[p * NR + c] = x;
+                    }
+                }
+            }
+        }
+    });
 }

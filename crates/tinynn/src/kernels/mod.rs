@@ -22,6 +22,7 @@ pub mod attention_tiled;
 pub mod bf16amx;
 pub mod bf16gemm;
 mod bf16pack;
+mod bf16simd;
 pub mod dot;
 pub mod f16dot;
 mod fallback;
