@@ -47,12 +47,14 @@ struct StepConsts {
     step: f32,
     /// 1 / sqrt(1 - beta2^t).
     inv_sqrt_bc2: f32,
+    /// What each gradient is multiplied by as it is read (a clipping factor, or 1).
+    grad_scale: f32,
 }
 
 multiversion! {
     fn update(p: &mut [f32], g: &[f32], m: &mut [f32], v: &mut [f32], k: StepConsts, decay: f32) {
         for i in 0..p.len() {
-            let gi = g[i];
+            let gi = g[i] * k.grad_scale;
             let mi = k.b1 * m[i] + (1.0 - k.b1) * gi;
             let vi = k.b2 * v[i] + (1.0 - k.b2) * gi * gi;
             m[i] = mi;
@@ -81,6 +83,20 @@ impl AdamW {
         lr: f32,
         decay_ranges: &[Range<usize>],
     ) {
+        self.step_scaled(params, grads, 1.0, lr, decay_ranges)
+    }
+
+    /// [`AdamW::step`] on `grad_scale` times the gradient (a clipping factor from
+    /// `clip_factor`), without a pass that rewrites it: the same bits as scaling the
+    /// gradient first, since each gradient is scaled by the same one f32 product.
+    pub fn step_scaled(
+        &mut self,
+        params: &mut [f32],
+        grads: &[f32],
+        grad_scale: f32,
+        lr: f32,
+        decay_ranges: &[Range<usize>],
+    ) {
         let _prof = crate::profile::timer(crate::profile::Kind::Optimizer);
         let n = self.m.len();
         assert!(
@@ -102,6 +118,7 @@ impl AdamW {
             eps: c.eps,
             step: lr / (1.0 - (c.beta1 as f64).powi(self.t as i32)) as f32,
             inv_sqrt_bc2: (1.0 / (1.0 - (c.beta2 as f64).powi(self.t as i32)).sqrt()) as f32,
+            grad_scale,
         };
         let decay = 1.0 - lr * c.weight_decay;
         params
@@ -206,5 +223,31 @@ mod tests {
         let only_second = [1..2, 4..4];
         o.step(&mut p, &[0.0; 4], 0.5, &only_second);
         assert_eq!(p, vec![1.0, 0.95, 1.0, 1.0]);
+    }
+
+    /// Clipping inside the update gives the bits of clipping the gradient first.
+    #[test]
+    fn scaled_step_equals_clipping_then_stepping() {
+        let n = CHUNK + 33;
+        let g: Vec<f32> = (0..n)
+            .map(|i| ((i * 11 % 29) as f32 - 14.0) * 0.7)
+            .collect();
+        let p0: Vec<f32> = (0..n).map(|i| (i % 13) as f32 * 0.1).collect();
+        let (mut a, mut b) = (p0.clone(), p0);
+        let (mut oa, mut ob) = (
+            AdamW::new(n, AdamWConfig::default()),
+            AdamW::new(n, AdamWConfig::default()),
+        );
+        for _ in 0..2 {
+            let mut gc = g.clone();
+            let norm = crate::optim::clip_grad_norm(&mut gc, 1.0);
+            oa.step(&mut a, &gc, 1e-2, &[0..n / 2, n - 3..n]);
+            let (norm2, k) = crate::optim::clip_factor(&g, 1.0);
+            assert_eq!(norm, norm2);
+            assert!(k < 1.0, "the test gradient is over the limit");
+            ob.step_scaled(&mut b, &g, k, 1e-2, &[0..n / 2, n - 3..n]);
+        }
+        assert_eq!(a, b);
+        assert_eq!((oa.m, oa.v), (ob.m, ob.v));
     }
 }

@@ -36,13 +36,30 @@ fn sum_sq(x: &[f32]) -> f64 {
     tail + acc.iter().map(|v| *v as f64).sum::<f64>()
 }
 
+/// The global L2 norm of grads and the factor that clips them to max_norm (1 when max_norm
+/// is 0 or not exceeded), for an optimizer that scales the gradient as it reads it
+/// (`AdamW::step_scaled`) instead of a pass that rewrites it.
+pub fn clip_factor(grads: &[f32], max_norm: f32) -> (f32, f32) {
+    let _prof = crate::profile::timer(crate::profile::Kind::Optimizer);
+    let norm = grad_norm(grads);
+    (norm, factor(norm, max_norm))
+}
+
+fn factor(norm: f32, max_norm: f32) -> f32 {
+    if max_norm > 0.0 && norm > max_norm {
+        max_norm / (norm + 1e-6)
+    } else {
+        1.0
+    }
+}
+
 /// Scale grads so their global L2 norm is at most max_norm (if max_norm > 0); returns the
 /// norm before clipping.
 pub fn clip_grad_norm(grads: &mut [f32], max_norm: f32) -> f32 {
     let _prof = crate::profile::timer(crate::profile::Kind::Optimizer);
     let norm = grad_norm(grads);
-    if max_norm > 0.0 && norm > max_norm {
-        let k = max_norm / (norm + 1e-6);
+    let k = factor(norm, max_norm);
+    if k != 1.0 {
         grads
             .par_chunks_mut(CHUNK)
             .for_each(|c| c.iter_mut().for_each(|g| *g *= k));

@@ -8,7 +8,7 @@ mod clip;
 mod schedule;
 
 pub use adamw::{AdamW, AdamWConfig};
-pub use clip::{clip_grad_norm, grad_norm};
+pub use clip::{clip_factor, clip_grad_norm, grad_norm};
 pub use schedule::lr_at;
 
 /// Elements per rayon task in the fused update and the norm: big enough that a task's work

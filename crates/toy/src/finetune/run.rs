@@ -21,7 +21,7 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Instant;
 use tinynn::layers::dropout::Dropout;
-use tinynn::optim::{clip_grad_norm, lr_at, AdamW, AdamWConfig};
+use tinynn::optim::{clip_factor, lr_at, AdamW, AdamWConfig};
 
 #[derive(Debug, thiserror::Error)]
 pub enum FinetuneError {
@@ -303,7 +303,7 @@ pub fn finetune(
         for r in &frozen {
             model.grads[r.clone()].fill(0.0);
         }
-        let grad_norm = clip_grad_norm(&mut model.grads, o.grad_clip);
+        let (grad_norm, clip) = clip_factor(&model.grads, o.grad_clip);
         if !loss.is_finite() || !grad_norm.is_finite() {
             let status = format!(
                 "failed: the training loss is {loss} (gradient norm {grad_norm}) at step {step}"
@@ -317,7 +317,7 @@ pub fn finetune(
             }));
         }
         let lr = lr_at(step - 1, o.warmup, total, o.lr, o.min_lr);
-        opt.step(&mut model.params, &model.grads, lr, &decay);
+        opt.step_scaled(&mut model.params, &model.grads, clip, lr, &decay);
         last_loss = loss;
         // positions run through the model (padding past the longest row is not run)
         let tok_s = tokens as f64 / t0.elapsed().as_secs_f64().max(1e-9);

@@ -8,7 +8,7 @@
 use std::path::{Path, PathBuf};
 use std::time::Instant;
 
-use tinynn::optim::{clip_grad_norm, lr_at, AdamW, AdamWConfig};
+use tinynn::optim::{clip_factor, lr_at, AdamW, AdamWConfig};
 
 use super::checkpoint::{self, CheckpointError, Fault, StateHeader, StateView};
 use super::data::{self, DataError, PrepareOptions, TokenizerChoice};
@@ -329,13 +329,14 @@ impl<'a> Session<'a> {
         if !loss.is_finite() {
             return Err(self.fail(step, "the training loss", loss));
         }
-        let grad_norm = clip_grad_norm(&mut self.model.grads, o.grad_clip);
+        let (grad_norm, clip) = clip_factor(&self.model.grads, o.grad_clip);
         if !grad_norm.is_finite() {
             return Err(self.fail(step, "the gradient norm", grad_norm));
         }
         let lr = lr_at(step - 1, o.warmup, self.recipe.train.steps, o.lr, o.min_lr);
         let m = &mut self.model;
-        self.opt.step(&mut m.params, &m.grads, lr, &self.decay);
+        self.opt
+            .step_scaled(&mut m.params, &m.grads, clip, lr, &self.decay);
         let tok_s = (b * t * accum) as f64 / t0.elapsed().as_secs_f64().max(1e-9);
         self.last_loss = loss;
         self.emit(Event::Step {
