@@ -7,7 +7,7 @@
 
 use super::act::{exp_approx, exp_sum16, max16};
 use super::attention_small::{head_backward_small, head_forward_small, takes};
-use super::matmul::{gemm_strided, Parallelism};
+use super::matmul::tile_product;
 use super::rmsnorm::dot16;
 use super::{multiversion, SendPtr};
 use std::cell::RefCell;
@@ -105,7 +105,7 @@ impl HeadJob {
     /// Rows i0..i0+qb and 0..nk of qkv hold this head's q and k columns; s has qb * nk floats.
     unsafe fn scores(&self, qkv: &[f32], i0: usize, qb: usize, nk: usize, s: &mut [f32]) {
         let st = self.stride as isize;
-        gemm_strided(
+        tile_product(
             qb,
             nk,
             self.d,
@@ -119,7 +119,6 @@ impl HeadJob {
             st,
             1,
             self.scale,
-            Parallelism::None,
         );
     }
 }
@@ -157,7 +156,7 @@ pub(crate) fn head_forward_tiled(qkv: &[f32], job: HeadJob, out: SendPtr, lse: &
                 softmax_rows(s, nk, i0, &mut lse[i0..i0 + qb], job.causal);
                 // (qb, nk) x (nk, D) -> (qb, D)
                 let dst = out.get().add(i0 * out_stride + o);
-                gemm_strided(
+                tile_product(
                     qb,
                     d,
                     nk,
@@ -171,7 +170,6 @@ pub(crate) fn head_forward_tiled(qkv: &[f32], job: HeadJob, out: SendPtr, lse: &
                     1,
                     st,
                     1.0,
-                    Parallelism::None,
                 );
             }
         }
@@ -239,7 +237,7 @@ pub(crate) fn head_backward_tiled(
                 let dop = dout.as_ptr().add(i0 * out_stride + o);
                 // S = scale Q K^T, dP = dO V^T: (qb, nk)
                 job.scores(qkv, i0, qb, nk, s);
-                gemm_strided(
+                tile_product(
                     qb,
                     nk,
                     d,
@@ -253,12 +251,11 @@ pub(crate) fn head_backward_tiled(
                     st,
                     1,
                     1.0,
-                    Parallelism::None,
                 );
                 grad_rows(s, dp, nk, i0, &lse[i0..i0 + qb], &di[..qb], causal);
                 // dQ = scale dS K: (qb, nk) x (nk, D)
                 let dq = dqkv.get().add(i0 * stride + q);
-                gemm_strided(
+                tile_product(
                     qb,
                     d,
                     nk,
@@ -272,11 +269,10 @@ pub(crate) fn head_backward_tiled(
                     1,
                     st,
                     scale,
-                    Parallelism::None,
                 );
                 // dK += scale dS^T Q, dV += P^T dO: (nk, qb) x (qb, D)
                 let dk = dqkv.get().add(k);
-                gemm_strided(
+                tile_product(
                     nk,
                     d,
                     qb,
@@ -290,10 +286,9 @@ pub(crate) fn head_backward_tiled(
                     1,
                     st,
                     scale,
-                    Parallelism::None,
                 );
                 let dv = dqkv.get().add(v);
-                gemm_strided(
+                tile_product(
                     nk,
                     d,
                     qb,
@@ -307,7 +302,6 @@ pub(crate) fn head_backward_tiled(
                     1,
                     os,
                     1.0,
-                    Parallelism::None,
                 );
             }
         }

@@ -98,6 +98,64 @@ unsafe fn raw(
     )
 }
 
+/// One product of attention's tiles (S = Q K^T, P V and their gradients) on one thread, as
+/// [`gemm_strided`] with `Parallelism::None`: under [`Precision::Bf16`] on bf16 operands with
+/// f32 sums (the softmax around it stays f32) where the CPU has AMX; else in f32. On
+/// recipes/small (64-query tiles against up to 256 keys of 48) the bf16 step was 10% shorter
+/// with AMX tiles than with f32 ones, and 2-4% longer with AVX512-BF16's.
+///
+/// # Safety
+/// As [`gemm_strided`].
+#[allow(clippy::too_many_arguments)]
+pub(crate) unsafe fn tile_product(
+    m: usize,
+    n: usize,
+    k: usize,
+    dst: *mut f32,
+    dst_rs: isize,
+    acc: bool,
+    lhs: *const f32,
+    lhs_cs: isize,
+    lhs_rs: isize,
+    rhs: *const f32,
+    rhs_cs: isize,
+    rhs_rs: isize,
+    beta: f32,
+) {
+    use crate::kernels::bf16gemm::{gemm_with, Kernel, View};
+    match Kernel::best() {
+        Some(Kernel::Amx) if precision() == Precision::Bf16 && k > 0 => {
+            let a = View {
+                ptr: lhs,
+                rs: lhs_rs,
+                cs: lhs_cs,
+            };
+            let b = View {
+                ptr: rhs,
+                rs: rhs_rs,
+                cs: rhs_cs,
+            };
+            gemm_with(Kernel::Amx, m, n, k, dst, dst_rs, acc, a, b, beta, false)
+        }
+        _ => gemm_strided(
+            m,
+            n,
+            k,
+            dst,
+            dst_rs,
+            acc,
+            lhs,
+            lhs_cs,
+            lhs_rs,
+            rhs,
+            rhs_cs,
+            rhs_rs,
+            beta,
+            Parallelism::None,
+        ),
+    }
+}
+
 /// `dst (m, n) = acc * dst + beta * lhs (m, k) * rhs (k, n)`, all with element strides
 /// (column, row), dst with unit column stride; `par` as the `gemm` crate takes it.
 ///
