@@ -5,7 +5,8 @@
 //!
 //! `dst (m, n) = acc * dst + beta * A (m, k) B (k, n)`, A and B with any element strides (the
 //! three products of a linear layer read them plain or transposed). A becomes bf16 rows of
-//! even length Kp, padded with zero rows to a multiple of MR; B becomes panels of NR columns,
+//! even length Kp, padded with zero rows to a multiple of MR (for AMX: 32 rows, Kp a multiple
+//! of 32, stored as 16 x 32 tiles); B becomes panels of NR columns,
 //! each Kp/2 groups of NR u32, a u32 holding B(2p, j) low and B(2p+1, j) high, the layout
 //! `vdpbf16ps` pairs with a broadcast A pair. A tile of MR x NR outputs sums k in order in
 //! registers, so the result depends on the shapes only, not on the thread count.

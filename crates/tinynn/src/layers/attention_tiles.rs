@@ -1,6 +1,7 @@
 //! The tiled kernels of [`super::attention`]: per (sequence, head), blocks of QB query rows
 //! against all the keys they may see, with the score block S = Q K^T and the products
-//! P V, dO V^T, dS K, dS^T Q, P^T dO on the `gemm` crate (one thread each: the heads already
+//! P V, dO V^T, dS K, dS^T Q, P^T dO through `matmul::tile_product` (f32 on the `gemm` crate,
+//! or bf16 operands on AMX in bf16 training; one thread each: the heads already
 //! run in parallel). Scores live in a per-thread scratch of QB x T floats, grown once.
 //! Short bidirectional sequences go to `attention_small` instead.
 //! Shapes as in `attention`: qkv rows of S, out rows of H*D, D head size.
