@@ -21,6 +21,8 @@ pub mod attention_tiled;
 #[cfg(target_arch = "x86_64")]
 pub mod bf16amx;
 pub mod bf16gemm;
+#[cfg(test)]
+mod bf16gemm_tests;
 mod bf16pack;
 mod bf16simd;
 pub mod dot;
