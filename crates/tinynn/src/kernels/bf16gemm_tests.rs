@@ -83,6 +83,44 @@ fn run(
     y
 }
 
+/// `y += beta A B` for plain row-major A (m, k) and B (k, n), in parallel.
+fn accumulate(
+    kernel: Kernel,
+    (m, n, k): (usize, usize, usize),
+    a: &[f32],
+    b: &[f32],
+    y: &mut [f32],
+    beta: f32,
+) {
+    assert!(a.len() >= m * k && b.len() >= k * n && y.len() >= m * n);
+    let va = View {
+        ptr: a.as_ptr(),
+        rs: k as isize,
+        cs: 1,
+    };
+    let vb = View {
+        ptr: b.as_ptr(),
+        rs: n as isize,
+        cs: 1,
+    };
+    // SAFETY: the views cover (m, k) and (k, n) (checked above); y is (m, n).
+    unsafe {
+        gemm_with(
+            kernel,
+            m,
+            n,
+            k,
+            y.as_mut_ptr(),
+            n as isize,
+            true,
+            va,
+            vb,
+            beta,
+            true,
+        )
+    };
+}
+
 /// Small integers and halves are bf16 values whose products and sums f32 holds exactly: the
 /// kernel must then equal the reference bit for bit, on edge shapes (odd k, partial tiles).
 #[test]
@@ -119,34 +157,7 @@ fn exact_on_bf16_representable_inputs_on_edge_shapes() {
             }
             // acc with beta 1 (whole AMX blocks start from dst): dst + A B, also exact
             let mut y: Vec<f32> = (0..m * n).map(|x| (x % 13) as f32).collect();
-            let (va, vb) = (
-                View {
-                    ptr: a.as_ptr(),
-                    rs: k as isize,
-                    cs: 1,
-                },
-                View {
-                    ptr: b.as_ptr(),
-                    rs: n as isize,
-                    cs: 1,
-                },
-            );
-            // SAFETY: the views cover (m, k) and (k, n); y is (m, n).
-            unsafe {
-                gemm_with(
-                    kernel,
-                    m,
-                    n,
-                    k,
-                    y.as_mut_ptr(),
-                    n as isize,
-                    true,
-                    va,
-                    vb,
-                    1.0,
-                    true,
-                )
-            };
+            accumulate(kernel, (m, n, k), &a, &b, &mut y, 1.0);
             for (x, (g, w)) in y.iter().zip(&want).enumerate() {
                 assert_eq!(
                     *g as f64,
@@ -241,34 +252,7 @@ fn bounded_error_on_any_inputs_and_accumulates() {
         }
         // acc adds beta times the product into what dst holds
         let mut y: Vec<f32> = (0..m * n).map(|x| x as f32).collect();
-        let (va, vb) = (
-            View {
-                ptr: a.as_ptr(),
-                rs: k as isize,
-                cs: 1,
-            },
-            View {
-                ptr: b.as_ptr(),
-                rs: n as isize,
-                cs: 1,
-            },
-        );
-        // SAFETY: as in `run`.
-        unsafe {
-            gemm_with(
-                kernel,
-                m,
-                n,
-                k,
-                y.as_mut_ptr(),
-                n as isize,
-                true,
-                va,
-                vb,
-                2.0,
-                true,
-            )
-        };
+        accumulate(kernel, (m, n, k), &a, &b, &mut y, 2.0);
         for (x, (yv, g)) in y.iter().zip(&got).enumerate() {
             assert!(
                 (yv - (x as f32 + 2.0 * g)).abs() <= 1e-4 * (1.0 + yv.abs()),

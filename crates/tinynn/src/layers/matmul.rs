@@ -9,6 +9,7 @@
 //! (`kernels::bf16gemm`: operands rounded to bf16, sums in f32), as PyTorch's autocast does for
 //! a training step; like `torch.set_float32_matmul_precision` it is process-wide.
 
+use crate::kernels::bf16gemm::{gemm_with, Kernel, View};
 pub(crate) use gemm::Parallelism;
 use std::sync::atomic::{AtomicU8, Ordering};
 
@@ -76,25 +77,24 @@ unsafe fn raw(
     rhs_rs: isize,
 ) {
     let _prof = crate::profile::timer(crate::profile::Kind::Products);
-    let par = parallelism(m, n, k);
     // small products stay f32: packing them to bf16 costs more than the bf16 sums save
-    if precision() == Precision::Bf16 && m * n * k >= BF16_MIN_FLOPS {
-        use crate::kernels::bf16gemm::{gemm, View};
-        let a = View {
-            ptr: lhs,
-            rs: lhs_rs,
-            cs: lhs_cs,
-        };
-        let b = View {
-            ptr: rhs,
-            rs: rhs_rs,
-            cs: rhs_cs,
-        };
-        let par = matches!(par, Parallelism::Rayon(_));
-        return gemm(m, n, k, dst, dst_rs, acc, a, b, 1.0, par);
-    }
-    gemm_strided(
-        m, n, k, dst, dst_rs, acc, lhs, lhs_cs, lhs_rs, rhs, rhs_cs, rhs_rs, 1.0, par,
+    let bf16 = precision() == Precision::Bf16 && m * n * k >= BF16_MIN_FLOPS;
+    product(
+        bf16.then(Kernel::best).flatten(),
+        m,
+        n,
+        k,
+        dst,
+        dst_rs,
+        acc,
+        lhs,
+        lhs_cs,
+        lhs_rs,
+        rhs,
+        rhs_cs,
+        rhs_rs,
+        1.0,
+        parallelism(m, n, k),
     )
 }
 
@@ -122,9 +122,51 @@ pub(crate) unsafe fn tile_product(
     rhs_rs: isize,
     beta: f32,
 ) {
-    use crate::kernels::bf16gemm::{gemm_with, Kernel, View};
-    match Kernel::best() {
-        Some(Kernel::Amx) if precision() == Precision::Bf16 && k > 0 => {
+    let amx = precision() == Precision::Bf16 && Kernel::best() == Some(Kernel::Amx);
+    product(
+        amx.then_some(Kernel::Amx),
+        m,
+        n,
+        k,
+        dst,
+        dst_rs,
+        acc,
+        lhs,
+        lhs_cs,
+        lhs_rs,
+        rhs,
+        rhs_cs,
+        rhs_rs,
+        beta,
+        Parallelism::None,
+    )
+}
+
+/// [`gemm_strided`], or with a bf16 kernel the same product on bf16 operands
+/// (`kernels::bf16gemm`, rayon-parallel where `par` is).
+///
+/// # Safety
+/// As [`gemm_strided`]; the kernel must be available.
+#[allow(clippy::too_many_arguments)]
+unsafe fn product(
+    bf16: Option<Kernel>,
+    m: usize,
+    n: usize,
+    k: usize,
+    dst: *mut f32,
+    dst_rs: isize,
+    acc: bool,
+    lhs: *const f32,
+    lhs_cs: isize,
+    lhs_rs: isize,
+    rhs: *const f32,
+    rhs_cs: isize,
+    rhs_rs: isize,
+    beta: f32,
+    par: Parallelism,
+) {
+    match bf16 {
+        Some(kernel) if k > 0 => {
             let a = View {
                 ptr: lhs,
                 rs: lhs_rs,
@@ -135,23 +177,11 @@ pub(crate) unsafe fn tile_product(
                 rs: rhs_rs,
                 cs: rhs_cs,
             };
-            gemm_with(Kernel::Amx, m, n, k, dst, dst_rs, acc, a, b, beta, false)
+            let par = matches!(par, Parallelism::Rayon(_));
+            gemm_with(kernel, m, n, k, dst, dst_rs, acc, a, b, beta, par)
         }
         _ => gemm_strided(
-            m,
-            n,
-            k,
-            dst,
-            dst_rs,
-            acc,
-            lhs,
-            lhs_cs,
-            lhs_rs,
-            rhs,
-            rhs_cs,
-            rhs_rs,
-            beta,
-            Parallelism::None,
+            m, n, k, dst, dst_rs, acc, lhs, lhs_cs, lhs_rs, rhs, rhs_cs, rhs_rs, beta, par,
         ),
     }
 }

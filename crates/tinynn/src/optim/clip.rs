@@ -42,24 +42,20 @@ fn sum_sq(x: &[f32]) -> f64 {
 pub fn clip_factor(grads: &[f32], max_norm: f32) -> (f32, f32) {
     let _prof = crate::profile::timer(crate::profile::Kind::Optimizer);
     let norm = grad_norm(grads);
-    (norm, factor(norm, max_norm))
-}
-
-fn factor(norm: f32, max_norm: f32) -> f32 {
-    if max_norm > 0.0 && norm > max_norm {
+    let k = if max_norm > 0.0 && norm > max_norm {
         max_norm / (norm + 1e-6)
     } else {
         1.0
-    }
+    };
+    (norm, k)
 }
 
 /// Scale grads so their global L2 norm is at most max_norm (if max_norm > 0); returns the
 /// norm before clipping.
 pub fn clip_grad_norm(grads: &mut [f32], max_norm: f32) -> f32 {
-    let _prof = crate::profile::timer(crate::profile::Kind::Optimizer);
-    let norm = grad_norm(grads);
-    let k = factor(norm, max_norm);
+    let (norm, k) = clip_factor(grads, max_norm);
     if k != 1.0 {
+        let _prof = crate::profile::timer(crate::profile::Kind::Optimizer);
         grads
             .par_chunks_mut(CHUNK)
             .for_each(|c| c.iter_mut().for_each(|g| *g *= k));
