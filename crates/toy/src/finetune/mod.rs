@@ -12,3 +12,4 @@ pub mod run;
 mod save;
 pub mod sft;
 mod sft_batch;
+mod sft_error;

@@ -72,6 +72,9 @@ pub struct SftDataSection {
     /// Several samples to a row of `ctx`, each attending only to itself.
     #[serde(default)]
     pub pack: bool,
+    /// Draw the samples in a fresh random order each epoch (true), or in the file's order.
+    #[serde(default = "yes")]
+    pub shuffle: bool,
 }
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -119,6 +122,9 @@ fn thirty_two() -> f32 {
 }
 fn tenth() -> f64 {
     0.1
+}
+fn yes() -> bool {
+    true
 }
 fn one() -> usize {
     1

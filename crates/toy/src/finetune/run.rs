@@ -192,7 +192,7 @@ pub fn finetune(
         weight_decay: o.weight_decay,
     };
     let n = d.train.samples.len();
-    let (mut model, mut opt, mut batcher, start) = if resume {
+    let (mut model, mut opt, batcher, start) = if resume {
         let (step, path) = checkpoint::latest(&run.path).map_err(run_err)?;
         let s = checkpoint::load_state(&path).map_err(run_err)?;
         let h = &s.header;
@@ -209,6 +209,10 @@ pub fn finetune(
             SftBatcher::new(n, recipe.train.seed ^ 0x5F7, b, t),
             0,
         )
+    };
+    let mut batcher = match recipe.data.shuffle {
+        true => batcher,
+        false => batcher.in_file_order(),
     };
     let (decay, frozen) = (model.decay_ranges(), model.frozen_ranges());
     let events = run.events_path();

@@ -14,6 +14,8 @@
 //!   one is given); loss on the completion only. Nothing is appended: write the end token in
 //!   the completion (special-token text becomes its id) if the model should learn to stop.
 //! - `{"text"}`: loss on every token.
+//! - `{"tokens": [id, ...]}`: token ids as they are (already tokenized, no BOS added, each
+//!   below the vocabulary's size); loss on every token but the first.
 //!
 //! The rendering is tokenized once. The tokenizer is byte-level, so each token's byte range in
 //! the text is the running sum of its bytes' lengths; a target token is trained when its
@@ -25,14 +27,15 @@
 //! Samples longer than `ctx + 1` tokens are handled by [`OnLong`]. [`SftBatcher`] turns a
 //! set into `(B, T)` inputs and targets, [`IGNORE`] marking targets without loss.
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
 use serde::{Deserialize, Serialize};
 
-use crate::chat_template::{ChatMessage, ChatTemplate, TemplateError};
-use crate::tokenizer::{Tokenizer, TokenizerError};
+use crate::chat_template::{ChatMessage, ChatTemplate};
+use crate::tokenizer::Tokenizer;
 
 pub use super::sft_batch::SftBatcher;
+pub use super::sft_error::SftError;
 
 /// Target id meaning "no loss here" (prompt tokens, padding).
 pub const IGNORE: u32 = u32::MAX;
@@ -80,76 +83,6 @@ pub struct SftSet {
     pub truncated: usize,
     /// Trained targets over all kept samples.
     pub trainable_tokens: usize,
-}
-
-#[derive(Debug, thiserror::Error)]
-pub enum SftError {
-    #[error("{path}: {source}")]
-    Io {
-        path: PathBuf,
-        source: std::io::Error,
-    },
-    #[error("{path}:{line}: malformed JSON: {source}")]
-    Json {
-        path: PathBuf,
-        line: usize,
-        source: serde_json::Error,
-    },
-    #[error("{path}:{line}: {why}")]
-    Shape {
-        path: PathBuf,
-        line: usize,
-        why: String,
-    },
-    #[error("{path}:{line}: message {index} has role {role:?}, expected one of system, user, assistant, tool")]
-    Role {
-        path: PathBuf,
-        line: usize,
-        index: usize,
-        role: String,
-    },
-    #[error("{path}:{line}: a messages record needs the model's chat template, and there is none")]
-    NoTemplate { path: PathBuf, line: usize },
-    #[error("{path}:{line}: {source}")]
-    Template {
-        path: PathBuf,
-        line: usize,
-        source: TemplateError,
-    },
-    #[error("{path}:{line}: the chat template cannot be split into turns at assistant message {index}: {why}")]
-    NotPrefix {
-        path: PathBuf,
-        line: usize,
-        index: usize,
-        why: &'static str,
-    },
-    #[error("{path}:{line}: the chat template renders assistant message {index} as no text")]
-    EmptyTurn {
-        path: PathBuf,
-        line: usize,
-        index: usize,
-    },
-    #[error("{path}:{line}: {source}")]
-    Tokenizer {
-        path: PathBuf,
-        line: usize,
-        source: TokenizerError,
-    },
-    #[error("{path}:{line}: the tokens' bytes do not spell the text (the tokenizer dropped or changed some of it)")]
-    Offsets { path: PathBuf, line: usize },
-    #[error(
-        "{path}:{line}: no token carries loss (no assistant turn, or an empty completion or text)"
-    )]
-    NoTrainable { path: PathBuf, line: usize },
-    #[error("{path}:{line}: {len} tokens, more than ctx + 1 = {max} (on_long = error; use skip or truncate)")]
-    TooLong {
-        path: PathBuf,
-        line: usize,
-        len: usize,
-        max: usize,
-    },
-    #[error("{path}: no samples ({skipped} skipped as too long)")]
-    Empty { path: PathBuf, skipped: usize },
 }
 
 /// Reads `path` (JSONL) into samples; see the module docs for the record formats.
@@ -255,13 +188,18 @@ impl Line<'_> {
             has("messages"),
             has("prompt") || has("completion"),
             has("text"),
+            has("tokens"),
         ];
         if shapes.iter().filter(|&&s| s).count() != 1 {
             let keys: Vec<&str> = obj.keys().map(String::as_str).collect();
             return Err(self.shape(format!(
                 "unknown record shape with keys {keys:?}: expected exactly one of \
-                 {{\"messages\"}}, {{\"prompt\", \"completion\"}} or {{\"text\"}}"
+                 {{\"messages\"}}, {{\"prompt\", \"completion\"}}, {{\"text\"}} or \
+                 {{\"tokens\"}}"
             )));
+        }
+        if shapes[3] {
+            return self.ids(&obj["tokens"], tok.vocab_size());
         }
         let (text, spans) = if shapes[0] {
             let template = template.ok_or_else(|| SftError::NoTemplate {
@@ -283,6 +221,26 @@ impl Line<'_> {
             (text, vec![span])
         };
         self.tokenize(tok, &text, &spans)
+    }
+
+    /// A `{"tokens"}` record: ids below `vocab`, loss on all but the first.
+    fn ids(&self, v: &serde_json::Value, vocab: usize) -> Result<Sample, SftError> {
+        let tokens: Vec<u32> = serde_json::from_value(v.clone())
+            .map_err(|e| self.shape(format!("\"tokens\" must be a list of token ids: {e}")))?;
+        if let Some(bad) = tokens.iter().find(|&&id| id as usize >= vocab) {
+            return Err(self.shape(format!(
+                "token id {bad} is outside the vocabulary (expected ids below {vocab})"
+            )));
+        }
+        if tokens.len() < 2 {
+            return Err(SftError::NoTrainable {
+                path: self.path.to_path_buf(),
+                line: self.line,
+            });
+        }
+        let mut train = vec![true; tokens.len()];
+        train[0] = false;
+        Ok(Sample { tokens, train })
     }
 
     fn string<'v>(

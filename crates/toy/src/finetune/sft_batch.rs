@@ -1,6 +1,7 @@
 //! Batches of chat-SFT samples ([`super::sft`]): one sample per row, no packing, in an order
 //! shuffled afresh each epoch (Fisher-Yates) by SplitMix64 ([`crate::train::rng`]), whose
-//! state is one u64, so a checkpoint that stores [`SftBatcher::state`] resumes exactly.
+//! state is one u64, so a checkpoint that stores [`SftBatcher::state`] resumes exactly; or,
+//! [`SftBatcher::in_file_order`], in the set's own order every epoch (as llama-finetune).
 //!
 //! B is the batch size, T the context. Row `b` of a batch holds sample `s` of length L
 //! (L <= T + 1): `inputs[b, t] = s.tokens[t]` for t < L - 1, then the sample's last token as
@@ -21,6 +22,7 @@ pub struct SftBatcher {
     /// resume needs.
     epoch_start: u64,
     order: Vec<usize>,
+    shuffled: bool,
     epoch: usize,
     pos: usize,
     batch: usize,
@@ -49,6 +51,7 @@ impl SftBatcher {
             rng: SplitMix64::new(epoch_start),
             epoch_start,
             order: (0..n_samples).collect(),
+            shuffled: true,
             epoch,
             pos: pos.min(n_samples),
             batch,
@@ -56,6 +59,13 @@ impl SftBatcher {
         };
         b.shuffle();
         b
+    }
+
+    /// The same batcher drawing the samples in the set's order, every epoch.
+    pub fn in_file_order(mut self) -> Self {
+        self.shuffled = false;
+        self.order.sort_unstable();
+        self
     }
 
     /// The pass over the samples now being drawn from (0-based); it advances when a sample
@@ -66,6 +76,9 @@ impl SftBatcher {
 
     fn shuffle(&mut self) {
         self.order.sort_unstable();
+        if !self.shuffled {
+            return;
+        }
         for i in (1..self.order.len()).rev() {
             let j = self.rng.below(i as u64 + 1) as usize;
             self.order.swap(i, j);

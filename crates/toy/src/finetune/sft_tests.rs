@@ -169,6 +169,19 @@ fn text_trains_every_token_but_the_first_and_bos_is_not_trained() {
 }
 
 #[test]
+fn tokens_are_taken_as_they_are_with_loss_on_all_but_the_first() {
+    // no BOS is added even where the tokenizer asks for one; on_long applies as to text
+    let tok = byte_tokenizer(true);
+    let load = |text: &str, on_long| parse_jsonl(Path::new("d"), text, &tok, None, 3, on_long);
+    let set = load(r#"{"tokens":[5, 0, 258]}"#, OnLong::Error).unwrap();
+    assert_eq!(set.samples[0].tokens, [5, 0, 258]);
+    assert_eq!(set.samples[0].train, [false, true, true]);
+    let set = load(r#"{"tokens":[5, 6, 7, 8, 9]}"#, OnLong::Truncate).unwrap();
+    assert_eq!(set.samples[0].tokens, [5, 6, 7, 8]);
+    assert_eq!(set.truncated, 1);
+}
+
+#[test]
 fn on_long_errors_skips_or_truncates() {
     let text = "{\"text\":\"abc\"}\n\n{\"text\":\"abcdefgh\"}\n";
     let err = parse(text, None, 4, OnLong::Error).unwrap_err();
@@ -245,6 +258,14 @@ fn bad_records_are_errors_that_name_the_line() {
             "no token carries loss",
         ),
         (r#"{"prompt":"a","completion":""}"#, "no token carries loss"),
+        (r#"{"tokens":[7]}"#, "no token carries loss"),
+        (
+            r#"{"tokens":[7, 259]}"#,
+            "token id 259 is outside the vocabulary",
+        ),
+        (r#"{"tokens":[7, -1]}"#, "list of token ids"),
+        (r#"{"tokens":"7 8"}"#, "list of token ids"),
+        (r#"{"tokens":[7, 8],"text":"a"}"#, "unknown record shape"),
     ];
     for (bad, want) in cases {
         let text = format!("{ok}\n{bad}\n{ok}\n");
@@ -400,6 +421,27 @@ fn batcher_is_seeded_and_resumes_exactly_from_its_state() {
         let tail = run(&mut resumed, 9 - split);
         assert_eq!([head, tail].concat(), a, "resumed after {split} batches");
     }
+}
+
+#[test]
+fn in_file_order_draws_the_samples_in_order_every_epoch_and_resumes() {
+    let set = toy_set();
+    let (b, t, n) = (3, 4, set.samples.len());
+    let firsts = |batcher: &mut SftBatcher, steps: usize| -> Vec<u32> {
+        let (mut inp, mut tgt) = (vec![0; b * t], vec![0; b * t]);
+        (0..steps)
+            .flat_map(|_| {
+                batcher.next(&set, &mut inp, &mut tgt);
+                (0..b).map(|r| inp[r * t] / 10).collect::<Vec<_>>()
+            })
+            .collect()
+    };
+    let all = firsts(&mut SftBatcher::new(n, 42, b, t).in_file_order(), 4);
+    assert_eq!(all, [0, 1, 2, 3, 0, 1, 2, 3, 0, 1, 2, 3]);
+    let mut first = SftBatcher::new(n, 42, b, t).in_file_order();
+    let head = firsts(&mut first, 1);
+    let mut resumed = SftBatcher::from_state(n, first.state(), b, t).in_file_order();
+    assert_eq!([head, firsts(&mut resumed, 3)].concat(), all);
 }
 
 #[test]
