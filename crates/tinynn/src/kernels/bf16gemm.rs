@@ -260,6 +260,25 @@ pub unsafe fn gemm_with(
         acc,
         beta,
     };
+    run_tiles(kernel, &ap, &bp, m, n, kp, &o, par);
+    PACKS.with(|p| *p.borrow_mut() = (ap, bp));
+}
+
+/// The tiles of `dst (m, n)` from packed A (`ap`) and B (`bp`), k padded to `kp`.
+///
+/// # Safety
+/// As [`gemm_with`], with `ap` and `bp` packed for this kernel, m, n and kp.
+#[allow(clippy::too_many_arguments)]
+unsafe fn run_tiles(
+    kernel: Kernel,
+    ap: &[u32],
+    bp: &[u32],
+    m: usize,
+    n: usize,
+    kp: usize,
+    o: &Out,
+    par: bool,
+) {
     let (nt, kp2) = (n.div_ceil(NR), kp / 2);
     let panel = kp2 * NR;
     // panels in blocks of about 512 KiB, reused from L2 by every row tile
@@ -283,7 +302,7 @@ pub unsafe fn gemm_with(
                         kp2,
                         bp.as_ptr().add(t * panel),
                         kp2,
-                        &o,
+                        o,
                         i0,
                         j0,
                         live,
@@ -325,7 +344,81 @@ pub unsafe fn gemm_with(
             (0..mt).for_each(|ti| run(ti, b0));
         }
     }
-    PACKS.with(|p| *p.borrow_mut() = (ap, bp));
+}
+
+/// A left operand packed once for several products with different right operands (prefill:
+/// the tokens X against a model's weights, a chunk of rows at a time).
+pub struct PackedA {
+    data: Vec<u32>,
+    m: usize,
+    k: usize,
+    kp: usize,
+    kernel: Kernel,
+}
+
+impl PackedA {
+    /// Packs A (m, k) for `kernel`.
+    ///
+    /// # Safety
+    /// The view must reach every (i, kk) with i < m, kk < k; the kernel must be available.
+    pub unsafe fn new(kernel: Kernel, a: View, m: usize, k: usize, par: bool) -> Self {
+        let (row_pad, k_pad) = kernel.pads();
+        let kp = k.div_ceil(k_pad) * k_pad;
+        let mut data = Vec::new();
+        pack_a(&mut data, a, m, k, kp, row_pad, kernel == Kernel::Amx, par);
+        Self {
+            data,
+            m,
+            k,
+            kp,
+            kernel,
+        }
+    }
+
+    /// `dst (m, n) = A B (k, n)` on this thread (the caller runs chunks of B side by side).
+    ///
+    /// # Safety
+    /// `b` must reach every (kk, j) with kk < k, j < n, dst every element of (m, n) at row
+    /// stride `dst_rs`, written by no one else.
+    pub unsafe fn product(&self, n: usize, dst: *mut f32, dst_rs: isize, b: View) {
+        if self.m == 0 || n == 0 {
+            return;
+        }
+        let mut bp = PACKS.with(|p| std::mem::take(&mut p.borrow_mut().1));
+        pack_b(&mut bp, b, self.k, n, self.kp, false);
+        let o = Out {
+            dst,
+            rs: dst_rs,
+            acc: false,
+            beta: 1.0,
+        };
+        run_tiles(self.kernel, &self.data, &bp, self.m, n, self.kp, &o, false);
+        PACKS.with(|p| p.borrow_mut().1 = bp);
+    }
+
+    /// As [`Self::product`] with B already packed: `n.div_ceil(NR)` panels of `kp / 2` rows
+    /// of NR pairs (columns past n are not read into dst).
+    ///
+    /// # Safety
+    /// As [`Self::product`]; `bp` must hold the panels.
+    pub unsafe fn product_packed(&self, n: usize, dst: *mut f32, dst_rs: isize, bp: &[u32]) {
+        assert!(bp.len() >= n.div_ceil(NR) * self.kp / 2 * NR, "B's panels");
+        if self.m == 0 || n == 0 {
+            return;
+        }
+        let o = Out {
+            dst,
+            rs: dst_rs,
+            acc: false,
+            beta: 1.0,
+        };
+        run_tiles(self.kernel, &self.data, bp, self.m, n, self.kp, &o, false);
+    }
+
+    /// k padded as the packs have it.
+    pub fn kp(&self) -> usize {
+        self.kp
+    }
 }
 
 /// The reference: the same product with each operand rounded to bf16, summed in f64.

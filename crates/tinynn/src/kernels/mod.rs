@@ -42,6 +42,7 @@ pub mod qdot_split;
 #[allow(clippy::needless_range_loop)]
 pub mod qgemm;
 pub mod qmatmul;
+pub mod qmatmul_amx;
 pub mod qmatmul_t;
 #[allow(clippy::needless_range_loop)]
 pub mod repack;
@@ -52,6 +53,7 @@ pub mod repack_f16;
 pub mod repack_k;
 #[cfg(target_arch = "x86_64")]
 mod repack_k_avx2;
+mod repack_k_bf16;
 pub mod repack_q6k;
 #[cfg(target_arch = "x86_64")]
 mod repack_q6k_avx2;

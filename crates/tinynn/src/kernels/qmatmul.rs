@@ -14,10 +14,14 @@
 //!   batches under 64 tokens of any of these on decode's row dots (four tokens a call for
 //!   Q4_K and Q6_K), so that they get the bits of token-by-token decoding;
 //! - anything else: dequantized rows or panels and f32 products (`fallback`).
+//!
+//! On CPUs with AMX-BF16, batches of 64 tokens or more of any quantized type go to
+//! `qmatmul_amx` instead (bf16 tiles, W dequantized a chunk of rows at a time).
 
 use super::act_quant::round_for;
 use super::fallback::{matmul_f32, matvec_f32};
 use super::qgemm;
+use super::qmatmul_amx;
 use super::repack::Packed;
 use super::rowdot::{
     int8_many, k_tiles, k_tiles_many, matvec_int8, packed_many, RowDot, ROW_DOT_BATCH,
@@ -122,6 +126,9 @@ pub fn matmul(w: &QMat, x: &[f32], t: usize, y: &mut [f32]) {
     if t == 1 {
         return matvec(w, x, y);
     }
+    if qmatmul_amx::applies(&[*w], t) {
+        return qmatmul_amx::many(&[*w], x, t, &mut [y]);
+    }
     if w.packed.is_some() {
         return packed_many(&[*w], x, t, &mut [y]);
     }
@@ -148,6 +155,9 @@ pub fn matmul_many(ws: &[QMat], x: &[f32], t: usize, ys: &mut [&mut [f32]]) {
     for (w, y) in ws.iter().zip(ys.iter()) {
         assert_eq!(x.len(), t * w.cols, "matmul input is (T, K)");
         assert_eq!(y.len(), t * w.rows, "matmul output is (T, N)");
+    }
+    if qmatmul_amx::applies(ws, t) {
+        return qmatmul_amx::many(ws, x, t, ys);
     }
     if ws.iter().all(|w| w.packed.is_some()) {
         return packed_many(ws, x, t, ys);
@@ -216,15 +226,20 @@ pub fn kernel_names(w: &QMat) -> (&'static str, &'static str) {
     } else {
         None
     };
+    const AMX: &str =
+        "as decode under 64 tokens, else bf16 tiles (AMX), W dequantized 64 rows at a time";
+    let amx = qmatmul_amx::applies(&[*w], qmatmul_amx::AMX_BATCH);
     if let Some(k) = packed {
-        return (k, k);
+        return (k, if amx { AMX } else { k });
     }
     let decode = if RowDot::for_matrix(w).is_some() {
         "int8 row dot (AVX2)"
     } else {
         "dequantize + f32 dot"
     };
-    let prefill = if qgemm::supports(w.ty, w.cols) {
+    let prefill = if amx {
+        AMX
+    } else if qgemm::supports(w.ty, w.cols) {
         "int8 tiles (AVX-512 VNNI)"
     } else if k_tiles(w) && qgemm::has_vnni() {
         "int8 row dots under 64 tokens (AVX2), else 16 rows interleaved per call (AVX-512 VNNI)"

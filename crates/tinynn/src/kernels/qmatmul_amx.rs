@@ -1,0 +1,147 @@
+//! Prefill's products on AMX (Intel SDM vol. 1 ch. 18; the idea of ggml's `ggml-cpu/amx`):
+//! `Y (T, N) = X (T, K) W^T` for a quantized W, with X rounded to bf16 and packed once, and W
+//! dequantized a chunk of rows at a time into bf16 panels that stay in L2 while every tile of
+//! X passes them, summed in f32 by `tdpbf16ps` (`bf16gemm`'s AMX block).
+//!
+//! Only where the CPU has AMX-BF16 (and `TOY_NO_AMX` is unset), for batches of at least
+//! [`AMX_BATCH`] tokens of quantized weights: smaller batches (decode, speculative checks)
+//! keep the integer row dots and their bits. bf16 keeps 8 bits of each operand's mantissa,
+//! more than the 8-bit activations of the integer kernels (Q8_1 / Q8_K blocks).
+
+use super::bf16gemm::{Kernel, PackedA, View, NR};
+use super::qmatmul::QMat;
+use super::repack::Packed;
+use super::repack_k::G;
+use crate::quant::GgmlType;
+use rayon::prelude::*;
+
+/// Fewer tokens than this stay on the integer kernels (decode's row dots below it).
+pub const AMX_BATCH: usize = super::rowdot::ROW_DOT_BATCH;
+
+/// Weight rows dequantized per task (two of `bf16gemm`'s 32-column panels).
+const CHUNK: usize = 64;
+
+/// Whether prefill's products for `ws` at `t` tokens run here.
+pub fn applies(ws: &[QMat], t: usize) -> bool {
+    t >= AMX_BATCH
+        && Kernel::best() == Some(Kernel::Amx)
+        && ws
+            .iter()
+            .all(|w| !matches!(w.ty, GgmlType::F32 | GgmlType::F16 | GgmlType::BF16) && w.cols > 0)
+}
+
+thread_local! {
+    /// A task's dequantized rows (CHUNK x K f32), kept between tasks.
+    static ROWS: std::cell::RefCell<Vec<f32>> = const { std::cell::RefCell::new(Vec::new()) };
+    /// A task's B panels when they are written straight from a repacked Q4_K matrix.
+    static PANELS: std::cell::RefCell<Vec<u32>> = const { std::cell::RefCell::new(Vec::new()) };
+}
+
+/// Rows r0..r0 + rows of a repacked Q4_K matrix as B panels (`repack_k_bf16`), when that is
+/// what `w` is and the CPU has the instructions (it has, where AMX is).
+fn q4k_panels(w: &QMat, r0: usize, rows: usize, kp: usize, panels: &mut Vec<u32>) -> bool {
+    let Some(Packed::K(pk)) = w.packed.filter(|_| cfg!(target_arch = "x86_64")) else {
+        return false;
+    };
+    if pk.ty != GgmlType::Q4_K || kp != w.cols || !r0.is_multiple_of(G) {
+        return false;
+    }
+    let len = kp / 2 * NR;
+    panels.resize(rows.div_ceil(NR) * len, 0);
+    #[cfg(target_arch = "x86_64")]
+    for gi in 0..rows.div_ceil(G) {
+        let c = gi * G;
+        // SAFETY: AMX implies AVX-512BW and AVX512-BF16 (bf16amx::available); Q4_K checked.
+        unsafe { pk.bf16_columns((r0 + c) / G, &mut panels[c / NR * len..], c % NR) };
+    }
+    true
+}
+
+/// Row `r` of `w` in f32, from the repacked copy where there is one (the original may be
+/// released).
+fn dequantize_row(w: &QMat, r: usize, out: &mut [f32]) {
+    match w.packed {
+        Some(p) => p.dequantize_row(r, out),
+        None => w.dequantize_row(r, out),
+    }
+}
+
+/// An output's base pointer, shared by the tasks that write its disjoint column chunks.
+#[derive(Clone, Copy)]
+struct Dst(*mut f32);
+// SAFETY: tasks write disjoint columns of each output.
+unsafe impl Send for Dst {}
+unsafe impl Sync for Dst {}
+
+/// `ys[i] = X ws[i]^T`, X (T, K) -> ys[i] (T, N_i); [`applies`] must hold and all ws share K.
+pub fn many(ws: &[QMat], x: &[f32], t: usize, ys: &mut [&mut [f32]]) {
+    assert!(
+        applies(ws, t),
+        "qmatmul_amx::many without AMX or under AMX_BATCH tokens"
+    );
+    let k = ws[0].cols;
+    assert!(
+        ws.iter().all(|w| w.cols == k),
+        "the matrices share the input width"
+    );
+    assert_eq!(x.len(), t * k, "X is (T, K)");
+    let xv = View {
+        ptr: x.as_ptr(),
+        rs: k as isize,
+        cs: 1,
+    };
+    // SAFETY: X is (t, k) row-major; AMX is available (applies).
+    let xa = unsafe { PackedA::new(Kernel::Amx, xv, t, k, true) };
+    let dsts: Vec<Dst> = ys
+        .iter_mut()
+        .zip(ws)
+        .map(|(y, w)| {
+            assert_eq!(y.len(), t * w.rows, "Y is (T, N)");
+            Dst(y.as_mut_ptr())
+        })
+        .collect();
+    let tasks: Vec<(usize, usize)> = ws
+        .iter()
+        .enumerate()
+        .flat_map(|(i, w)| (0..w.rows).step_by(CHUNK).map(move |r0| (i, r0)))
+        .collect();
+    tasks.into_par_iter().for_each(|(i, r0)| {
+        let w = &ws[i];
+        let rows = CHUNK.min(w.rows - r0);
+        let direct = PANELS.with(|p| {
+            let mut p = p.borrow_mut();
+            let ok = q4k_panels(w, r0, rows, xa.kp(), &mut p);
+            // SAFETY: as below; the panels hold `rows` columns of K.
+            if ok {
+                unsafe { xa.product_packed(rows, dsts[i].0.add(r0), w.rows as isize, &p) };
+            }
+            ok
+        });
+        if direct {
+            return;
+        }
+        ROWS.with(|buf| {
+            let mut buf = buf.borrow_mut();
+            buf.resize(CHUNK * k, 0.0);
+            for r in 0..rows {
+                dequantize_row(w, r0 + r, &mut buf[r * k..(r + 1) * k]);
+            }
+            // B (K, rows): B(kk, j) = W(r0 + j, kk)
+            let b = View {
+                ptr: buf.as_ptr(),
+                rs: 1,
+                cs: k as isize,
+            };
+            // SAFETY: columns r0..r0+rows of output i (T rows of N_i) are this task's alone;
+            // the buffer holds `rows` rows of K.
+            unsafe {
+                let dst = dsts[i].0.add(r0);
+                xa.product(rows, dst, w.rows as isize, b);
+            }
+        });
+    });
+}
+
+#[cfg(test)]
+#[path = "qmatmul_amx_tests.rs"]
+mod tests;
