@@ -15,8 +15,8 @@
 //!   Q4_K and Q6_K), so that they get the bits of token-by-token decoding;
 //! - anything else: dequantized rows or panels and f32 products (`fallback`).
 //!
-//! On CPUs with AMX-BF16, batches of 64 tokens or more of any quantized type go to
-//! `qmatmul_amx` instead (bf16 tiles, W dequantized a chunk of rows at a time).
+//! On CPUs with AMX-BF16, batches of 64 tokens or more of the k-quants go to `qmatmul_amx`
+//! instead (bf16 tiles, W dequantized a chunk of rows at a time).
 
 use super::act_quant::round_for;
 use super::fallback::{matmul_f32, matvec_f32};

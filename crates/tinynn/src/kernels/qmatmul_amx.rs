@@ -4,15 +4,17 @@
 //! X passes them, summed in f32 by `tdpbf16ps` (`bf16gemm`'s AMX block).
 //!
 //! Only where the CPU has AMX-BF16 (and `TOY_NO_AMX` is unset), for batches of at least
-//! [`AMX_BATCH`] tokens of quantized weights: smaller batches (decode, speculative checks)
-//! keep the integer row dots and their bits. bf16 keeps 8 bits of each operand's mantissa,
-//! more than the 8-bit activations of the integer kernels (Q8_1 / Q8_K blocks).
+//! [`AMX_BATCH`] tokens of k-quant weights (see [`applies`]): smaller batches (decode,
+//! speculative checks) keep the integer row dots and their bits. bf16 keeps 8 bits of each
+//! activation's mantissa, finer than the one 8-bit plane a 256-block (Q8_K) of the k-quants'
+//! integer kernels.
 
+use super::act_quant::vec_dot_type;
 use super::bf16gemm::{Kernel, PackedA, View, NR};
 use super::qmatmul::QMat;
 use super::repack::Packed;
 use super::repack_k::G;
-use crate::quant::GgmlType;
+use crate::quant::{GgmlType, QK_K};
 use rayon::prelude::*;
 
 /// Fewer tokens than this stay on the integer kernels (decode's row dots below it).
@@ -21,13 +23,17 @@ pub const AMX_BATCH: usize = super::rowdot::ROW_DOT_BATCH;
 /// Weight rows dequantized per task (two of `bf16gemm`'s 32-column panels).
 const CHUNK: usize = 64;
 
-/// Whether prefill's products for `ws` at `t` tokens run here.
+/// Whether prefill's products for `ws` at `t` tokens run here: the k-quants (and IQ4_XS),
+/// whose integer kernels see the activations as Q8_K (one 8-bit plane a 256-block, coarser
+/// than bf16). The legacy types keep their integer kernels, whose two 8-bit planes
+/// (`act_split`) are finer than bf16: on SmolLM2's Q4_1, KL to the f32-activation product was
+/// 7.5e-7 there against 1.6e-4 in bf16; on the Coder's Q4_K_M 4.2e-3 (Q8_K) against 1.5e-4.
 pub fn applies(ws: &[QMat], t: usize) -> bool {
     t >= AMX_BATCH
         && Kernel::best() == Some(Kernel::Amx)
         && ws
             .iter()
-            .all(|w| !matches!(w.ty, GgmlType::F32 | GgmlType::F16 | GgmlType::BF16) && w.cols > 0)
+            .all(|w| vec_dot_type(w.ty) == Some(GgmlType::Q8_K) && w.cols.is_multiple_of(QK_K))
 }
 
 thread_local! {
