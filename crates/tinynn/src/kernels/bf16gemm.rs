@@ -79,6 +79,14 @@ thread_local! {
     };
 }
 
+/// `f` with the calling thread's B pack buffer (see `PACKS`).
+pub(super) fn with_b_pack<R>(f: impl FnOnce(&mut Vec<u32>) -> R) -> R {
+    let mut bp = PACKS.with(|p| std::mem::take(&mut p.borrow_mut().1));
+    let r = f(&mut bp);
+    PACKS.with(|p| p.borrow_mut().1 = bp);
+    r
+}
+
 /// Which kernel does the tiles.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Kernel {
@@ -110,11 +118,11 @@ impl Kernel {
 }
 
 /// Where a tile's sums go: rows `rows` and columns `cols` of it into dst at (i0, j0).
-struct Out {
-    dst: *mut f32,
-    rs: isize,
-    acc: bool,
-    beta: f32,
+pub(super) struct Out {
+    pub(super) dst: *mut f32,
+    pub(super) rs: isize,
+    pub(super) acc: bool,
+    pub(super) beta: f32,
 }
 
 // SAFETY: tasks write disjoint tiles of dst.
@@ -269,7 +277,7 @@ pub unsafe fn gemm_with(
 /// # Safety
 /// As [`gemm_with`], with `ap` and `bp` packed for this kernel, m, n and kp.
 #[allow(clippy::too_many_arguments)]
-unsafe fn run_tiles(
+pub(super) unsafe fn run_tiles(
     kernel: Kernel,
     ap: &[u32],
     bp: &[u32],
@@ -343,81 +351,6 @@ unsafe fn run_tiles(
         } else {
             (0..mt).for_each(|ti| run(ti, b0));
         }
-    }
-}
-
-/// A left operand packed once for several products with different right operands (prefill:
-/// the tokens X against a model's weights, a chunk of rows at a time).
-pub struct PackedA {
-    data: Vec<u32>,
-    m: usize,
-    k: usize,
-    kp: usize,
-    kernel: Kernel,
-}
-
-impl PackedA {
-    /// Packs A (m, k) for `kernel`.
-    ///
-    /// # Safety
-    /// The view must reach every (i, kk) with i < m, kk < k; the kernel must be available.
-    pub unsafe fn new(kernel: Kernel, a: View, m: usize, k: usize, par: bool) -> Self {
-        let (row_pad, k_pad) = kernel.pads();
-        let kp = k.div_ceil(k_pad) * k_pad;
-        let mut data = Vec::new();
-        pack_a(&mut data, a, m, k, kp, row_pad, kernel == Kernel::Amx, par);
-        Self {
-            data,
-            m,
-            k,
-            kp,
-            kernel,
-        }
-    }
-
-    /// `dst (m, n) = A B (k, n)` on this thread (the caller runs chunks of B side by side).
-    ///
-    /// # Safety
-    /// `b` must reach every (kk, j) with kk < k, j < n, dst every element of (m, n) at row
-    /// stride `dst_rs`, written by no one else.
-    pub unsafe fn product(&self, n: usize, dst: *mut f32, dst_rs: isize, b: View) {
-        if self.m == 0 || n == 0 {
-            return;
-        }
-        let mut bp = PACKS.with(|p| std::mem::take(&mut p.borrow_mut().1));
-        pack_b(&mut bp, b, self.k, n, self.kp, false);
-        let o = Out {
-            dst,
-            rs: dst_rs,
-            acc: false,
-            beta: 1.0,
-        };
-        run_tiles(self.kernel, &self.data, &bp, self.m, n, self.kp, &o, false);
-        PACKS.with(|p| p.borrow_mut().1 = bp);
-    }
-
-    /// As [`Self::product`] with B already packed: `n.div_ceil(NR)` panels of `kp / 2` rows
-    /// of NR pairs (columns past n are not read into dst).
-    ///
-    /// # Safety
-    /// As [`Self::product`]; `bp` must hold the panels.
-    pub unsafe fn product_packed(&self, n: usize, dst: *mut f32, dst_rs: isize, bp: &[u32]) {
-        assert!(bp.len() >= n.div_ceil(NR) * self.kp / 2 * NR, "B's panels");
-        if self.m == 0 || n == 0 {
-            return;
-        }
-        let o = Out {
-            dst,
-            rs: dst_rs,
-            acc: false,
-            beta: 1.0,
-        };
-        run_tiles(self.kernel, &self.data, bp, self.m, n, self.kp, &o, false);
-    }
-
-    /// k padded as the packs have it.
-    pub fn kp(&self) -> usize {
-        self.kp
     }
 }
 

@@ -21,6 +21,7 @@ pub mod attention_tiled;
 #[cfg(target_arch = "x86_64")]
 pub mod bf16amx;
 pub mod bf16gemm;
+pub mod bf16gemm_packed;
 #[cfg(test)]
 mod bf16gemm_tests;
 mod bf16pack;

@@ -10,7 +10,8 @@
 //! integer kernels.
 
 use super::act_quant::vec_dot_type;
-use super::bf16gemm::{Kernel, PackedA, View, NR};
+use super::bf16gemm::{Kernel, View, NR};
+use super::bf16gemm_packed::PackedA;
 use super::qmatmul::QMat;
 use super::repack::Packed;
 use super::repack_k::G;
