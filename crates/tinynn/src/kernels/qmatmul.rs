@@ -205,6 +205,15 @@ fn small_batch_dots(ws: &[QMat], t: usize) -> Option<Vec<RowDot>> {
         .collect()
 }
 
+/// `(matrix, first row)` of every chunk of `rows` rows of every matrix: the tasks of a
+/// product that splits each matrix's rows.
+pub(super) fn row_chunks(ws: &[QMat], rows: usize) -> Vec<(usize, usize)> {
+    ws.iter()
+        .enumerate()
+        .flat_map(|(i, w)| (0..w.rows).step_by(rows).map(move |r| (i, r)))
+        .collect()
+}
+
 /// The kernels `matvec` and `matmul` choose for `w` on this CPU: (decode, prefill).
 pub fn kernel_names(w: &QMat) -> (&'static str, &'static str) {
     // what `Packed::new` would make of w, by the same predicates

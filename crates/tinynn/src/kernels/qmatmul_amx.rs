@@ -12,9 +12,11 @@
 use super::act_quant::vec_dot_type;
 use super::bf16gemm::{Kernel, View, NR};
 use super::bf16gemm_packed::PackedA;
+use super::qmatmul::row_chunks;
 use super::qmatmul::QMat;
 use super::repack::Packed;
-use super::repack_k::G;
+use super::repack_k::{PackedK, G};
+use super::{with_scratch, OutPtr};
 use crate::quant::{GgmlType, QK_K};
 use rayon::prelude::*;
 
@@ -38,30 +40,36 @@ pub fn applies(ws: &[QMat], t: usize) -> bool {
 }
 
 thread_local! {
-    /// A task's dequantized rows (CHUNK x K f32), kept between tasks.
+    /// A task's dequantized rows (CHUNK x K f32).
     static ROWS: std::cell::RefCell<Vec<f32>> = const { std::cell::RefCell::new(Vec::new()) };
     /// A task's B panels when they are written straight from a repacked Q4_K matrix.
     static PANELS: std::cell::RefCell<Vec<u32>> = const { std::cell::RefCell::new(Vec::new()) };
 }
 
-/// Rows r0..r0 + rows of a repacked Q4_K matrix as B panels (`repack_k_bf16`), when that is
-/// what `w` is and the CPU has the instructions (it has, where AMX is).
-fn q4k_panels(w: &QMat, r0: usize, rows: usize, kp: usize, panels: &mut Vec<u32>) -> bool {
-    let Some(Packed::K(pk)) = w.packed.filter(|_| cfg!(target_arch = "x86_64")) else {
-        return false;
-    };
-    if pk.ty != GgmlType::Q4_K || kp != w.cols || !r0.is_multiple_of(G) {
-        return false;
+/// `w`'s repacked Q4_K copy, when its rows can go straight into B panels
+/// (`repack_k_bf16`; the CPU has the instructions where AMX is).
+fn q4k<'a>(w: &QMat<'a>, kp: usize) -> Option<&'a PackedK> {
+    match w.packed {
+        Some(Packed::K(pk))
+            if cfg!(target_arch = "x86_64") && pk.ty == GgmlType::Q4_K && kp == w.cols =>
+        {
+            Some(pk)
+        }
+        _ => None,
     }
+}
+
+/// Rows r0..r0 + rows (r0 a multiple of 16) of `pk` as B panels of `kp / 2` rows of NR pairs.
+fn q4k_panels(pk: &PackedK, r0: usize, rows: usize, kp: usize, panels: &mut [u32]) {
     let len = kp / 2 * NR;
-    panels.resize(rows.div_ceil(NR) * len, 0);
     #[cfg(target_arch = "x86_64")]
     for gi in 0..rows.div_ceil(G) {
         let c = gi * G;
         // SAFETY: AMX implies AVX-512BW and AVX512-BF16 (bf16amx::available); Q4_K checked.
         unsafe { pk.bf16_columns((r0 + c) / G, &mut panels[c / NR * len..], c % NR) };
     }
-    true
+    #[cfg(not(target_arch = "x86_64"))]
+    let _ = (pk, r0, rows, len, panels);
 }
 
 /// Row `r` of `w` in f32, from the repacked copy where there is one (the original may be
@@ -72,13 +80,6 @@ fn dequantize_row(w: &QMat, r: usize, out: &mut [f32]) {
         None => w.dequantize_row(r, out),
     }
 }
-
-/// An output's base pointer, shared by the tasks that write its disjoint column chunks.
-#[derive(Clone, Copy)]
-struct Dst(*mut f32);
-// SAFETY: tasks write disjoint columns of each output.
-unsafe impl Send for Dst {}
-unsafe impl Sync for Dst {}
 
 /// `ys[i] = X ws[i]^T`, X (T, K) -> ys[i] (T, N_i); [`applies`] must hold and all ws share K.
 pub fn many(ws: &[QMat], x: &[f32], t: usize, ys: &mut [&mut [f32]]) {
@@ -99,39 +100,31 @@ pub fn many(ws: &[QMat], x: &[f32], t: usize, ys: &mut [&mut [f32]]) {
     };
     // SAFETY: X is (t, k) row-major; AMX is available (applies).
     let xa = unsafe { PackedA::new(Kernel::Amx, xv, t, k, true) };
-    let dsts: Vec<Dst> = ys
+    let kp = xa.kp();
+    let outs: Vec<OutPtr> = ys
         .iter_mut()
         .zip(ws)
         .map(|(y, w)| {
             assert_eq!(y.len(), t * w.rows, "Y is (T, N)");
-            Dst(y.as_mut_ptr())
+            OutPtr(y.as_mut_ptr())
         })
         .collect();
-    let tasks: Vec<(usize, usize)> = ws
-        .iter()
-        .enumerate()
-        .flat_map(|(i, w)| (0..w.rows).step_by(CHUNK).map(move |r0| (i, r0)))
-        .collect();
-    tasks.into_par_iter().for_each(|(i, r0)| {
+    row_chunks(ws, CHUNK).into_par_iter().for_each(|(i, r0)| {
         let w = &ws[i];
         let rows = CHUNK.min(w.rows - r0);
-        let direct = PANELS.with(|p| {
-            let mut p = p.borrow_mut();
-            let ok = q4k_panels(w, r0, rows, xa.kp(), &mut p);
-            // SAFETY: as below; the panels hold `rows` columns of K.
-            if ok {
-                unsafe { xa.product_packed(rows, dsts[i].0.add(r0), w.rows as isize, &p) };
-            }
-            ok
-        });
-        if direct {
+        let (dst, rs) = (outs[i].at(r0), w.rows as isize);
+        // SAFETY (both products): columns r0..r0 + rows of output i (T rows of N_i) are this
+        // task's alone, and the panels or rows hold `rows` columns of K.
+        if let Some(pk) = q4k(w, kp) {
+            with_scratch(&PANELS, rows.div_ceil(NR) * kp / 2 * NR, |p| {
+                q4k_panels(pk, r0, rows, kp, p);
+                unsafe { xa.product_packed(rows, dst, rs, p) }
+            });
             return;
         }
-        ROWS.with(|buf| {
-            let mut buf = buf.borrow_mut();
-            buf.resize(CHUNK * k, 0.0);
-            for r in 0..rows {
-                dequantize_row(w, r0 + r, &mut buf[r * k..(r + 1) * k]);
+        with_scratch(&ROWS, rows * k, |buf| {
+            for (r, row) in buf.chunks_exact_mut(k).enumerate() {
+                dequantize_row(w, r0 + r, row);
             }
             // B (K, rows): B(kk, j) = W(r0 + j, kk)
             let b = View {
@@ -139,12 +132,7 @@ pub fn many(ws: &[QMat], x: &[f32], t: usize, ys: &mut [&mut [f32]]) {
                 rs: 1,
                 cs: k as isize,
             };
-            // SAFETY: columns r0..r0+rows of output i (T rows of N_i) are this task's alone;
-            // the buffer holds `rows` rows of K.
-            unsafe {
-                let dst = dsts[i].0.add(r0);
-                xa.product(rows, dst, w.rows as isize, b);
-            }
+            unsafe { xa.product(rows, dst, rs, b) }
         });
     });
 }

@@ -10,6 +10,7 @@ use super::qdot::has_fast_q4_1;
 use super::qdot_k::{dot_q4_k, dot_q5_k, dot_q6_k, has_fast_k_quants, Q8KAct};
 use super::qdot_k_x4::{many_k, q8k_rows, DotMany, DotOne};
 use super::qdot_split::{coarse_dot, split_dots, CoarseDot, SplitDots};
+use super::qmatmul::row_chunks;
 use super::repack::Packed;
 use super::{qgemm, OutPtr, QMat};
 use crate::quant::{GgmlType, QK_K};
@@ -375,12 +376,7 @@ pub(super) fn k_tiles_many(ws: &[QMat], x: &[f32], t: usize, ys: &mut [&mut [f32
     const ROWS: usize = 32;
     with_acts(x, Forms::Q8K, |acts| {
         let outs: Vec<OutPtr> = ys.iter_mut().map(|y| OutPtr(y.as_mut_ptr())).collect();
-        let tasks: Vec<(usize, usize)> = ws
-            .iter()
-            .enumerate()
-            .flat_map(|(i, w)| (0..w.rows).step_by(ROWS).map(move |r| (i, r)))
-            .collect();
-        tasks.into_par_iter().for_each(|(i, r0)| {
+        row_chunks(ws, ROWS).into_par_iter().for_each(|(i, r0)| {
             let w = &ws[i];
             let (rows, out) = (r0..(r0 + ROWS).min(w.rows), outs[i].at(0));
             // SAFETY: `k_tiles` checked the kernel; this task alone writes these rows of

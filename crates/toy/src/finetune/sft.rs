@@ -225,7 +225,7 @@ impl Line<'_> {
 
     /// A `{"tokens"}` record: ids below `vocab`, loss on all but the first.
     fn ids(&self, v: &serde_json::Value, vocab: usize) -> Result<Sample, SftError> {
-        let tokens: Vec<u32> = serde_json::from_value(v.clone())
+        let tokens = Vec::<u32>::deserialize(v)
             .map_err(|e| self.shape(format!("\"tokens\" must be a list of token ids: {e}")))?;
         if let Some(bad) = tokens.iter().find(|&&id| id as usize >= vocab) {
             return Err(self.shape(format!(
