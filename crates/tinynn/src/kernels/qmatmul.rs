@@ -3,8 +3,8 @@
 //!
 //! The entry points pick a kernel per weight type and width:
 //! - weights repacked at load (`repack`: Q4_0, Q4_1, Q5_0, Q8_0 on AVX-512 VNNI, all but
-//!   Q5_0 on AVX2 too; Q4_K on AVX-512 VNNI or AVX2; F16 on AVX-512 F16C): the interleaved-row kernels, decode and
-//!   prefill alike;
+//!   Q5_0 on AVX2 too; Q4_K on AVX-512 VNNI or AVX2; Q6_K on AVX-512 VNNI; F16 on AVX-512
+//!   F16C): the interleaved-row kernels, decode and prefill alike;
 //! - decode (T = 1) otherwise: integer row dots on x quantized once to 8 bits (`rowdot`), for
 //!   Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q4_K, Q5_K and Q6_K;
 //! - prefill (T > 1) otherwise: AVX-512 VNNI tiles for the legacy types (`qgemm`), which sum
@@ -232,6 +232,8 @@ pub fn kernel_names(w: &QMat) -> (&'static str, &'static str) {
         } else {
             "int8 Q4_K, 16 interleaved rows (AVX2)"
         })
+    } else if super::repack_q6k::PackedQ6K::bytes_for(w.ty, rows, cols).is_some() {
+        Some("int8 Q6_K, 16 interleaved rows (AVX-512 VNNI)")
     } else {
         None
     };

@@ -60,6 +60,8 @@ pub enum Packed {
     F16(super::repack_f16::PackedF16),
     /// Q4_K on its VNNI or AVX2 kernel (`repack_k`).
     K(super::repack_k::PackedK),
+    /// Q6_K on its VNNI kernel (`repack_q6k`).
+    Q6K(super::repack_q6k::PackedQ6K),
 }
 
 impl Packed {
@@ -73,6 +75,7 @@ impl Packed {
         match w.ty {
             GgmlType::F16 => super::repack_f16::PackedF16::new_in(w, arena).map(Packed::F16),
             GgmlType::Q4_K => super::repack_k::PackedK::new_in(w, arena).map(Packed::K),
+            GgmlType::Q6_K => super::repack_q6k::PackedQ6K::new_in(w, arena).map(Packed::Q6K),
             _ => PackedQ4::new_in(w, arena).map(Packed::Int8),
         }
     }
@@ -83,6 +86,7 @@ impl Packed {
         match ty {
             GgmlType::F16 => super::repack_f16::PackedF16::bytes_for(ty, rows, cols),
             GgmlType::Q4_K => super::repack_k::PackedK::bytes_for(ty, rows, cols),
+            GgmlType::Q6_K => super::repack_q6k::PackedQ6K::bytes_for(ty, rows, cols),
             _ => PackedQ4::bytes_for(ty, rows, cols),
         }
     }
@@ -95,6 +99,7 @@ impl Packed {
             Packed::Int8(p) => p.dequantize_row(r, out),
             Packed::F16(p) => p.dequantize_row(r, out),
             Packed::K(p) => p.dequantize_row(r, out),
+            Packed::Q6K(p) => p.dequantize_row(r, out),
         }
     }
 
@@ -104,6 +109,7 @@ impl Packed {
             Packed::Int8(p) => p.groups(),
             Packed::F16(p) => p.groups(),
             Packed::K(p) => p.groups(),
+            Packed::Q6K(p) => p.groups(),
         }
     }
 }

@@ -1,4 +1,5 @@
-//! Q6_K rows repacked (per prefill call, in a scratch) for the output-stationary AVX-512 VNNI
+//! Q6_K rows repacked (at load on AVX-512 VNNI, for decode and batches alike; per prefill call,
+//! in a scratch, on AVX2) for the output-stationary AVX-512 VNNI
 //! kernel of `repack_k` (and its AVX2 twin, `repack_q6k_avx2`, same bits)
 //! (16 weight rows in the 16 lanes of a vector), for ggml's `block_q6_K` (`ggml-common.h`):
 //! the 6-bit values are rebuilt from their low nibbles and 2 high bits as they are loaded,
@@ -14,6 +15,7 @@
 //! 4c..4c+4 of each row's 32 bytes of high bits of that half (64 bytes; bits 2k, 2k+1 belong
 //! to the element of quarter k). 3360 bytes, as the original's 16 x 210.
 
+use super::arena::{PackArena, PackBuf};
 use super::group_tiles::interleave4;
 use super::qdot_k::Q8KAct;
 use super::QMat;
@@ -62,10 +64,9 @@ thread_local! {
     static SCRATCH: std::cell::RefCell<Vec<u8>> = const { std::cell::RefCell::new(Vec::new()) };
 }
 
-/// Prefill's product for rows `rows` of a Q6_K matrix held as in the file: the rows are packed
-/// into a per-thread scratch (once, for all T tokens), then the kernel runs over them. Decode
-/// keeps the AVX2 row dots, faster on this layout's single stream than unpacking 6-bit values
-/// for one token.
+/// Prefill's product for rows `rows` of a Q6_K matrix held as in the file (where it was not
+/// repacked at load: CPUs with AVX2 alone, whose decode keeps the row dots): the rows are
+/// packed into a per-thread scratch (once, for all T tokens), then the kernel runs over them.
 ///
 /// # Safety
 /// The CPU must have a kernel (`has_kernel`); `out` must be valid for writes at
@@ -79,16 +80,111 @@ pub unsafe fn prefill_rows(
     ldo: usize,
 ) {
     assert!(w.ty == GgmlType::Q6_K && w.cols.is_multiple_of(QK_K));
-    assert!(act.d.len() >= t * (w.cols / QK_K));
-    let vnni = super::qgemm::has_vnni();
     super::with_scratch(&SCRATCH, packed_bytes(rows.len(), w.cols), |s| {
         pack_rows(w, rows.clone(), s);
-        let (groups, out) = (0..rows.len().div_ceil(G), out.add(rows.start));
+        let view = Q6KGroups {
+            rows: rows.len(),
+            cols: w.cols,
+            data: s,
+        };
+        let groups = 0..rows.len().div_ceil(G);
+        view.gemm_groups(groups, act, 0..t, out.add(rows.start), ldo)
+    })
+}
+
+/// A whole Q6_K matrix repacked at load, for decode, verify batches and prefill alike (on
+/// AVX-512 VNNI, where the 16-row kernel outruns the row dots; AVX2 keeps them for decode).
+#[derive(Debug)]
+pub struct PackedQ6K {
+    pub rows: usize,
+    pub cols: usize,
+    data: PackBuf<u8>,
+}
+
+impl PackedQ6K {
+    /// The bytes of the copy of a (rows, cols) matrix of `ty`, if this kernel takes it.
+    pub fn bytes_for(ty: GgmlType, rows: usize, cols: usize) -> Option<usize> {
+        let ok = ty == GgmlType::Q6_K && cols.is_multiple_of(QK_K) && super::qgemm::has_vnni();
+        ok.then(|| packed_bytes(rows, cols))
+    }
+
+    /// Repack `w` (in `arena` where it has room) when it is Q6_K and the CPU has the kernel.
+    pub fn new_in(w: &QMat, arena: Option<&PackArena>) -> Option<Self> {
+        let bytes = Self::bytes_for(w.ty, w.rows, w.cols)?;
+        let mut buf = PackBuf::<u8>::zeroed(bytes, arena);
+        pack_rows(w, 0..w.rows, buf.as_mut_slice());
+        Some(Self {
+            rows: w.rows,
+            cols: w.cols,
+            data: buf,
+        })
+    }
+
+    pub fn groups(&self) -> usize {
+        self.rows.div_ceil(G)
+    }
+
+    /// The kernel's view of the copy.
+    pub fn view(&self) -> Q6KGroups<'_> {
+        Q6KGroups {
+            rows: self.rows,
+            cols: self.cols,
+            data: self.data.as_slice(),
+        }
+    }
+
+    /// Row `r` as f32, with `dequantize_block_q6_k`'s bits: each block is put back as the
+    /// file held it, then dequantized.
+    pub fn dequantize_row(&self, r: usize, out: &mut [f32]) {
+        let (g, lane, nb) = (r / G, r % G, self.cols / QK_K);
+        let data = self.data.as_slice();
+        let mut blk = [0u8; 210];
+        for (b, y) in out[..self.cols].chunks_exact_mut(QK_K).enumerate() {
+            let at = (g * nb + b) * GB;
+            blk[208..210].copy_from_slice(&data[at + 2 * lane..at + 2 * lane + 2]);
+            for s in 0..16 {
+                blk[192 + s] = data[at + SCALES + G * s + lane];
+            }
+            for (c, four) in blk[..192].chunks_exact_mut(4).enumerate() {
+                let o = at + QL + c * 64 + 4 * lane;
+                four.copy_from_slice(&data[o..o + 4]);
+            }
+            let y: &mut [f32; QK_K] = y.try_into().expect("a block");
+            crate::quant::kquants::dequantize_block_q6_k(&blk, y);
+        }
+    }
+}
+
+/// Rows of a Q6_K matrix in the 16-row layout, wherever they are held.
+#[derive(Clone, Copy)]
+pub struct Q6KGroups<'a> {
+    pub rows: usize,
+    pub cols: usize,
+    pub data: &'a [u8],
+}
+
+impl Q6KGroups<'_> {
+    /// Rows of groups `groups` for tokens `tokens` of X, given as Q8_K blocks (T * K/256):
+    /// out[t * ldo + r].
+    ///
+    /// # Safety
+    /// The CPU must have a kernel (`has_kernel`); `out` must be valid for writes at
+    /// `t * ldo + r` for these tokens and the rows of these groups, and owned by the caller.
+    pub unsafe fn gemm_groups(
+        &self,
+        groups: std::ops::Range<usize>,
+        act: &Q8KAct,
+        tokens: std::ops::Range<usize>,
+        out: *mut f32,
+        ldo: usize,
+    ) {
+        assert!(act.d.len() >= tokens.end * (self.cols / QK_K));
+        let (vnni, (s, cols)) = (super::qgemm::has_vnni(), (self.data, self.cols));
         #[cfg(target_arch = "x86_64")]
         super::group_tiles::for_group_tiles::<TT>(
             groups,
-            0..t,
-            rows.len(),
+            tokens,
+            self.rows,
             out,
             ldo,
             |g, t0, tn, res| {
@@ -96,15 +192,15 @@ pub unsafe fn prefill_rows(
                 use super::repack_q6k_avx2::group as avx2;
                 use vnni::group as vnni_k;
                 if vnni {
-                    by_tile_width!(tn, vnni_k; s, w.cols, g, act, t0, res)
+                    by_tile_width!(tn, vnni_k; s, cols, g, act, t0, res)
                 } else {
-                    by_tile_width!(tn, avx2; s, w.cols, g, act, t0, res)
+                    by_tile_width!(tn, avx2; s, cols, g, act, t0, res)
                 }
             },
         );
         #[cfg(not(target_arch = "x86_64"))]
-        let _ = (groups, act, t, out, ldo);
-    })
+        let _ = (groups, act, tokens, out, ldo, vnni, s, cols);
+    }
 }
 
 #[cfg(target_arch = "x86_64")]
@@ -127,6 +223,9 @@ mod vnni {
         let mut acc = [_mm512_setzero_ps(); TN];
         for b in 0..nb {
             let base = data.as_ptr().add((g * nb + b) * GB);
+            if TN == 1 {
+                crate::kernels::stream::prefetch_ahead(base, GB);
+            }
             let mut isum = [_mm512_setzero_si512(); TN];
             // (half n, run h, chunks c0..c0+4): sub-blocks 8n+2h+c0/4 (low) and 8n+4+2h+c0/4
             for n in 0..2 {
@@ -194,88 +293,5 @@ mod vnni {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::kernels::qdot_k::{dot_q6_k_ref, Q8KRow};
-    use crate::quant::float::f16_at;
-
-    /// Scalar model of the kernels for one row: per block the exact i32 sum over sub-blocks of
-    /// scale * (sum of stored values (6 bits, + 32) times activations - 32 * the activations'
-    /// sum), then acc += isum * (d * xd) as one fma.
-    fn packed_ref(row: &[u8], a: &Q8KRow) -> f32 {
-        let mut acc = 0f32;
-        for (i, blk) in row.chunks_exact(210).enumerate() {
-            let (ql, qh, sc) = (&blk[..128], &blk[128..192], &blk[192..208]);
-            let mut isum = 0i32;
-            for (s, &scale) in sc.iter().enumerate() {
-                let mut sum = 0i32;
-                for e in 16 * s..16 * s + 16 {
-                    let (j, k, l) = (e / 128, (e % 128) / 32, e % 32);
-                    let lo = (ql[64 * j + 32 * (k & 1) + l] >> (4 * (k >> 1))) & 15;
-                    let v = lo | (((qh[32 * j + l] >> (2 * k)) & 3) << 4);
-                    sum += v as i32 * a.qs[QK_K * i + e] as i32;
-                }
-                isum += scale as i8 as i32 * (sum - 32 * a.bsums[16 * i + s] as i32);
-            }
-            acc = (isum as f32).mul_add(f16_at(blk, 208) * a.d[i], acc);
-        }
-        acc
-    }
-
-    fn check(n: usize, k: usize, t: usize, bytes: &[u8], x: &[f32]) {
-        let w = QMat::new(GgmlType::Q6_K, n, k, bytes).unwrap();
-        let mut act = Q8KAct::default();
-        act.quantize(x);
-        let mut y = vec![0f32; t * n];
-        for r0 in (0..n).step_by(32) {
-            // SAFETY: kernel detected; y is (t, n); the chunks of rows are disjoint.
-            unsafe { prefill_rows(&w, r0..(r0 + 32).min(n), &act, t, y.as_mut_ptr(), n) };
-        }
-        for i in 0..t {
-            let a = act.token(i, k / QK_K);
-            for r in 0..n {
-                let got = y[i * n + r];
-                let want = packed_ref(w.row(r), &a);
-                assert_eq!(got.to_bits(), want.to_bits(), "n={n} k={k} ({i},{r})");
-                let dot = dot_q6_k_ref(w.row(r), &a);
-                assert!(
-                    (got - dot).abs() <= 1e-4 * (1.0 + dot.abs()),
-                    "n={n} k={k} ({i},{r}): {got} vs the row dot's {dot}"
-                );
-            }
-        }
-    }
-
-    #[test]
-    fn packed_q6_k_prefill_gives_the_scalar_models_bits() {
-        if !has_kernel() {
-            eprintln!("no AVX2 or AVX-512 VNNI here: Q6_K prefill dequantizes");
-            return;
-        }
-        for (n, k, t) in [(16, 256, 1), (37, 1536, 5), (5, 512, 2), (33, 2304, 7)] {
-            let bytes = super::super::test_matrix(GgmlType::Q6_K, n, k, 9);
-            check(n, k, t, &bytes, &super::super::test_data(t * k, 4));
-        }
-    }
-
-    #[test]
-    fn packed_q6_k_holds_the_largest_sums_without_saturating() {
-        if !has_kernel() {
-            eprintln!("no AVX2 or AVX-512 VNNI here: Q6_K prefill dequantizes");
-            return;
-        }
-        // every stored value 63 or 0, scales -128 and 127, activations all -127 or all 127
-        let (n, k) = (16, 512);
-        let mut bytes = vec![0u8; n * (k / QK_K) * 210];
-        for (r, blk) in bytes.chunks_exact_mut(210).enumerate() {
-            let v = if r % 2 == 0 { 0xFF } else { 0x00 };
-            blk[..192].fill(v);
-            for s in 0..16 {
-                blk[192 + s] = if (r + s) % 2 == 0 { 0x80 } else { 0x7F };
-            }
-            blk[208..210].copy_from_slice(&[0x00, 0x3C]); // d = 1
-        }
-        let x: Vec<f32> = (0..2 * k).map(|i| if i < k { 0.5 } else { -2.0 }).collect();
-        check(n, k, 2, &bytes, &x);
-    }
-}
+#[path = "repack_q6k_tests.rs"]
+mod tests;

@@ -291,7 +291,7 @@ pub(super) fn packed_many(ws: &[QMat], x: &[f32], t: usize, ys: &mut [&mut [f32]
         packed_int8_many(ws, x, t, ys)
     } else if all(|p| matches!(p, Packed::F16(_))) {
         packed_f16_many(ws, x, t, ys)
-    } else if all(|p| matches!(p, Packed::K(_))) {
+    } else if all(|p| matches!(p, Packed::K(_) | Packed::Q6K(_))) {
         packed_k_many(ws, x, t, ys)
     } else {
         for (w, y) in ws.iter().zip(ys.iter_mut()) {
@@ -348,21 +348,22 @@ fn packed_f16_many(ws: &[QMat], x: &[f32], t: usize, ys: &mut [&mut [f32]]) {
     })
 }
 
-/// Products on repacked Q4_K weights: X quantized to Q8_K once; tiles of two groups over
+/// Products on repacked Q4_K and Q6_K weights: X quantized to Q8_K once; tiles of two groups over
 /// all tokens (one group per task in decode, where nothing stays in cache between tokens).
 fn packed_k_many(ws: &[QMat], x: &[f32], t: usize, ys: &mut [&mut [f32]]) {
     let per_task = 2;
     with_acts(x, Forms::Q8K, |acts| {
         let outs: Vec<OutPtr> = ys.iter_mut().map(|y| OutPtr(y.as_mut_ptr())).collect();
         par_tiles(ws, t, per_task, t.max(1), |i, g, tokens| {
-            let Some(Packed::K(p)) = ws[i].packed else {
-                return;
-            };
+            let (out, ldo) = (outs[i].at(0), ws[i].rows);
             // SAFETY: packs are only made where the kernel runs; this tile alone writes the
             // rows of groups g of output i (T, N_i).
             unsafe {
-                p.view()
-                    .gemm_groups(g, &acts.q8k, tokens, outs[i].at(0), ws[i].rows)
+                match ws[i].packed {
+                    Some(Packed::K(p)) => p.view().gemm_groups(g, &acts.q8k, tokens, out, ldo),
+                    Some(Packed::Q6K(p)) => p.view().gemm_groups(g, &acts.q8k, tokens, out, ldo),
+                    _ => {}
+                }
             };
         });
     })
