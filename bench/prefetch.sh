@@ -19,7 +19,7 @@ for ty in "${types[@]}"; do
   f="$work/smollm2-135m.$ty.gguf"
   [ -f "$f" ] || target/release/toy quantize "$smol" "$f" --type "$ty" >/dev/null
   for r in $(seq "$rounds"); do
-    for d in 0 1024 2048 3072 4096 6144; do
+    for d in 0 1024 2048 3072 4096 6144; do  # the L1 distance (TOY_PREFETCH_L2_BYTES, the L2 one, left at its default)
       tg=$(TOY_PREFETCH_BYTES=$d target/release/toy -t "$threads" bench -m "$f" -p 1 -n 256 -r 3 | awk '/^tg/ {print $2}')
       echo "$ty round $r prefetch $d: tg256 $tg tok/s"
     done
