@@ -7,3 +7,4 @@ pub mod optim;
 pub mod pool;
 pub mod profile;
 pub mod quant;
+pub mod spin;

@@ -221,38 +221,45 @@ impl Model {
             1
         };
         s.logits.resize(n_out * v, 0.0);
-        let mut done = 0;
-        for chunk in tokens.chunks(s.n_batch) {
-            let t = chunk.len();
-            let pos0 = cache.pos;
-            let span = Span {
-                cache: &mut *cache,
-                pos0,
-                len: t,
-            };
-            let lora = lora::RowLoras::new(&self.loras, [(t, picks)]);
-            self.hidden_spans(s, chunk, &mut [span], &lora);
-            cache.pos += t;
-            cache.after_forward();
-            done += t;
-            if which == Logits::Last && done < tokens.len() {
-                continue;
-            }
-            self.final_norm(s, t);
-            let c = self.cfg.d_model;
-            let head = self.head().qmat(self.file.bytes());
-            let mut logits = std::mem::take(&mut s.logits);
-            match which {
-                Logits::All => {
-                    let out = &mut logits[(done - t) * v..done * v];
-                    tinynn::kernels::qmatmul::matmul(&head, &s.h[..t * c], t, out);
+        // the other workers poll between this step's kernels (`tinynn::spin`)
+        tinynn::spin::busy(|| {
+            let mut done = 0;
+            for chunk in tokens.chunks(s.n_batch) {
+                let t = chunk.len();
+                let pos0 = cache.pos;
+                let span = Span {
+                    cache: &mut *cache,
+                    pos0,
+                    len: t,
+                };
+                let lora = lora::RowLoras::new(&self.loras, [(t, picks)]);
+                self.hidden_spans(s, chunk, &mut [span], &lora);
+                cache.pos += t;
+                cache.after_forward();
+                done += t;
+                if which == Logits::Last && done < tokens.len() {
+                    continue;
                 }
-                Logits::Last => {
-                    tinynn::kernels::qmatmul::matvec(&head, &s.h[(t - 1) * c..t * c], &mut logits);
+                self.final_norm(s, t);
+                let c = self.cfg.d_model;
+                let head = self.head().qmat(self.file.bytes());
+                let mut logits = std::mem::take(&mut s.logits);
+                match which {
+                    Logits::All => {
+                        let out = &mut logits[(done - t) * v..done * v];
+                        tinynn::kernels::qmatmul::matmul(&head, &s.h[..t * c], t, out);
+                    }
+                    Logits::Last => {
+                        tinynn::kernels::qmatmul::matvec(
+                            &head,
+                            &s.h[(t - 1) * c..t * c],
+                            &mut logits,
+                        );
+                    }
                 }
+                s.logits = logits;
             }
-            s.logits = logits;
-        }
+        });
         Ok(&s.logits)
     }
 
@@ -299,32 +306,34 @@ impl Model {
         for c in caches.iter() {
             c.check_room(1)?;
         }
-        let mut spans: Vec<Span> = caches
-            .iter_mut()
-            .map(|c| Span {
-                pos0: c.pos,
-                cache: c,
-                len: 1,
-            })
-            .collect();
-        let lora = lora::RowLoras::new(&self.loras, picks.iter().map(|&p| (1, p)));
-        self.hidden_spans(scratch, tokens, &mut spans, &lora);
-        drop(spans);
-        caches.iter_mut().for_each(|c| {
-            c.pos += 1;
-            c.after_forward();
+        tinynn::spin::busy(|| {
+            let mut spans: Vec<Span> = caches
+                .iter_mut()
+                .map(|c| Span {
+                    pos0: c.pos,
+                    cache: c,
+                    len: 1,
+                })
+                .collect();
+            let lora = lora::RowLoras::new(&self.loras, picks.iter().map(|&p| (1, p)));
+            self.hidden_spans(scratch, tokens, &mut spans, &lora);
+            drop(spans);
+            caches.iter_mut().for_each(|c| {
+                c.pos += 1;
+                c.after_forward();
+            });
+            self.final_norm(scratch, n);
+            let (c, v) = (self.cfg.d_model, self.cfg.vocab);
+            let s = &mut *scratch;
+            s.logits.resize(n * v, 0.0);
+            let head = self.head().qmat(self.file.bytes());
+            if n == 1 {
+                tinynn::kernels::qmatmul::matvec(&head, &s.h[..c], &mut s.logits);
+            } else {
+                tinynn::kernels::qmatmul::matmul(&head, &s.h[..n * c], n, &mut s.logits);
+            }
         });
-        self.final_norm(scratch, n);
-        let (c, v) = (self.cfg.d_model, self.cfg.vocab);
-        let s = scratch;
-        s.logits.resize(n * v, 0.0);
-        let head = self.head().qmat(self.file.bytes());
-        if n == 1 {
-            tinynn::kernels::qmatmul::matvec(&head, &s.h[..c], &mut s.logits);
-        } else {
-            tinynn::kernels::qmatmul::matmul(&head, &s.h[..n * c], n, &mut s.logits);
-        }
-        Ok(&s.logits)
+        Ok(&scratch.logits)
     }
 
     /// Final hidden states (T, C) after the output norm, for the tokens of the last call:
