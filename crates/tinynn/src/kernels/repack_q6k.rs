@@ -219,7 +219,7 @@ mod vnni {
         res: &mut [[f32; G]; TT],
     ) {
         let nb = cols / QK_K;
-        let (low, three) = (_mm512_set1_epi8(0x0F), _mm512_set1_epi8(3));
+        let (low, b45) = (_mm512_set1_epi8(0x0F), _mm512_set1_epi8(0x30));
         let mut acc = [_mm512_setzero_ps(); TN];
         for b in 0..nb {
             let base = data.as_ptr().add((g * nb + b) * GB);
@@ -238,15 +238,20 @@ mod vnni {
                             let v =
                                 _mm512_loadu_si512(base.add(QL + ((2 * n + h) * 8 + c) * 64) as _);
                             let q = _mm512_loadu_si512(base.add(QH + (n * 8 + c) * 64) as _);
-                            let ql = _mm512_srl_epi16(q, _mm_cvtsi32_si128(2 * h as i32));
-                            let qh = _mm512_srl_epi16(q, _mm_cvtsi32_si128(4 + 2 * h as i32));
-                            let bits =
-                                |x: __m512i| _mm512_slli_epi16(_mm512_and_si512(x, three), 4);
-                            lo[u] = _mm512_or_si512(_mm512_and_si512(v, low), bits(ql));
-                            hi[u] = _mm512_or_si512(
-                                _mm512_and_si512(_mm512_srli_epi16(v, 4), low),
-                                bits(qh),
-                            );
+                            // bits 2h, 2h+1 (low nibble's value) and 4+2h, 5+2h (high
+                            // one's) of q moved to bits 4, 5, masked, then joined to the nibble
+                            // in one ternary op: (nibble & 0x0F) | bits
+                            let (ql, qh) = if h == 0 {
+                                (_mm512_slli_epi16(q, 4), q)
+                            } else {
+                                (_mm512_slli_epi16(q, 2), _mm512_srli_epi16(q, 2))
+                            };
+                            let join = |nib: __m512i, bits: __m512i| {
+                                let bits = _mm512_and_si512(bits, b45);
+                                _mm512_ternarylogic_epi32(nib, bits, low, 0xEC)
+                            };
+                            lo[u] = join(v, ql);
+                            hi[u] = join(_mm512_srli_epi16(v, 4), qh);
                         }
                         let (s_lo, s_hi) = (8 * n + 2 * h + c0 / 4, 8 * n + 4 + 2 * h + c0 / 4);
                         let scale = |s: usize| {
