@@ -291,7 +291,13 @@ mod vnni {
                 for c in 0..8 {
                     let v = _mm512_loadu_si512(base.add(QS + (8 * j + c) * 64) as *const _);
                     lo[c] = _mm512_and_si512(v, low);
-                    hi[c] = _mm512_and_si512(_mm512_srli_epi16(v, 4), low);
+                    // Q4_K's high nibbles stay in place (16 times their value, one op
+                    // fewer); the low sums are scaled by 16 to match, and d by 1/16
+                    hi[c] = if Q5 {
+                        _mm512_and_si512(_mm512_srli_epi16(v, 4), low)
+                    } else {
+                        _mm512_andnot_si512(low, v)
+                    };
                     if Q5 {
                         // bits 2j, 2j+1 of each fifth-bit byte, moved to bit 4
                         let h = _mm512_loadu_si512(base.add(QH + c * 64) as *const _);
@@ -307,6 +313,7 @@ mod vnni {
                     bytes16(SCALES + G * 2 * j),
                     bytes16(SCALES + G * (2 * j + 1)),
                 );
+                let sl = if Q5 { sl } else { _mm512_slli_epi32(sl, 4) };
                 for (t, is) in isum.iter_mut().enumerate() {
                     let x =
                         act.qs.as_ptr().add((t0 + t) * p.cols + QK_K * b + 64 * j) as *const i32;
@@ -325,6 +332,13 @@ mod vnni {
                 }
             }
             let dw = _mm512_cvtph_ps(_mm256_loadu_si256(base as *const __m256i));
+            // isum is 16 times the sum for Q4_K: (16 isum) (d / 16) is the same product, as
+            // scaling by a power of two commutes with rounding, so the bits are decode's
+            let dw = if Q5 {
+                dw
+            } else {
+                _mm512_mul_ps(dw, _mm512_set1_ps(0.0625))
+            };
             let mw = _mm512_cvtph_ps(_mm256_loadu_si256(base.add(32) as *const __m256i));
             for (t, a) in acc.iter_mut().enumerate() {
                 let tb = (t0 + t) * nb + b;
