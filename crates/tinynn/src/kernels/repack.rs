@@ -215,9 +215,8 @@ impl PackedQ4 {
     }
 
     /// Rows of groups g0..g1 for all T tokens: out[t * ldo + r]. `act` holds X (T, K) as
-    /// two 8-bit planes (`act_split`). With COARSE, the coarse plane alone where the kernel is
-    /// AVX2's (half its integer work, for a draft model's proposals: `coarse_activations`);
-    /// the VNNI kernels take both planes.
+    /// two 8-bit planes (`act_split`). With COARSE, the coarse plane alone (half the integer
+    /// work, for a draft model's proposals: `coarse_activations`).
     ///
     /// # Safety
     /// The CPU must have the kernel (`has_packed_kernel`, which packing checked); `out` must
@@ -246,12 +245,16 @@ impl PackedQ4 {
                 use super::repack_avx2::{group_q5 as avx2_group_q5, group_q8 as avx2_group_q8};
                 use super::repack_vnni::{group, group_q5, group_q8};
                 match (vnni, self.ty) {
-                    (true, GgmlType::Q5_0) => by_tile_width!(tn, group_q5; self, g, act, t0, res),
-                    (true, GgmlType::Q8_0) => by_tile_width!(tn, group_q8; self, g, act, t0, res),
-                    (true, GgmlType::Q4_1) => {
-                        by_tile_width!(tn, group, true; self, g, act, t0, res)
+                    (true, GgmlType::Q5_0) => {
+                        by_tile_width!(tn, group_q5, COARSE; self, g, act, t0, res)
                     }
-                    (true, _) => by_tile_width!(tn, group, false; self, g, act, t0, res),
+                    (true, GgmlType::Q8_0) => {
+                        by_tile_width!(tn, group_q8, COARSE; self, g, act, t0, res)
+                    }
+                    (true, GgmlType::Q4_1) => {
+                        by_tile_width!(tn, group, true, COARSE; self, g, act, t0, res)
+                    }
+                    (true, _) => by_tile_width!(tn, group, false, COARSE; self, g, act, t0, res),
                     (false, GgmlType::Q5_0) => {
                         by_tile_width!(tn, avx2_group_q5, COARSE; self, g, act, t0, res)
                     }

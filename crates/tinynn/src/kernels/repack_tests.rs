@@ -1,8 +1,8 @@
 //! `repack`'s kernels (VNNI or AVX2, whichever this CPU runs) bit for bit against a scalar
 //! model of their arithmetic: per block the exact integer Σ w·(128·hi + lo), then
 //! acc = isum · (d · lo.d) + acc and, for Q4_1, macc = m · s + macc, each one fma; the row's
-//! result acc + macc. Both kernels follow this model, so both CPUs give the same bits. The
-//! AVX2 kernels' coarse mode follows the same model on the coarse plane alone (Σ w·hi, hi's
+//! result acc + macc. Both kernels follow this model, so both CPUs give the same bits. Their
+//! coarse mode (a draft's) follows the same model on the coarse plane alone (Σ w·hi, hi's
 //! scale and sum).
 
 use super::*;
@@ -97,13 +97,10 @@ fn check(ty: GgmlType, bytes: &[u8], n: usize, k: usize, x: &[f32], what: &str) 
     let t = x.len() / k;
     let mut act = SplitAct::default();
     act.quantize(x);
-    // the coarse mode is the AVX2 kernels' (VNNI's take both planes)
-    let modes: &[bool] = if crate::kernels::qgemm::has_vnni() {
-        &[false]
-    } else {
-        &[false, true]
-    };
-    for (&coarse, split) in modes.iter().flat_map(|c| [0, 1, t / 2, t].map(|s| (c, s))) {
+    for (&coarse, split) in [false, true]
+        .iter()
+        .flat_map(|c| [0, 1, t / 2, t].map(|s| (c, s)))
+    {
         let y = run(&p, x, split, coarse);
         for j in 0..t {
             for r in 0..n {

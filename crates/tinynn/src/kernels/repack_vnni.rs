@@ -13,30 +13,47 @@ use std::arch::x86_64::*;
 /// 16 lanes of Σ w·(128·hi + lo) over one 32-block of token block `tb`, plus `bias` (the
 /// weight offset times the block's sum, for Q4_0 and Q5_0): `w` holds the block's 8 vectors
 /// of 4 unsigned weight bytes per row (elements 4c..4c+4 in vector c, the low nibbles' four
-/// chunks, then the high ones'), against the signed activations of both planes.
+/// chunks, then the high ones'), against the signed activations of both planes. COARSE:
+/// Σ w·hi alone (+ bias), half the work, for a draft model (`coarse_activations`).
 #[inline(always)]
-unsafe fn planes(w: &[__m512i; 8], act: &SplitAct, tb: usize, bias: __m512i) -> __m512i {
+unsafe fn planes<const COARSE: bool>(
+    w: &[__m512i; 8],
+    act: &SplitAct,
+    tb: usize,
+    bias: __m512i,
+) -> __m512i {
     let xh = act.hi.qs.as_ptr().add(tb * 32) as *const i32;
     let xl = act.lo.qs.as_ptr().add(tb * 32) as *const i32;
+    let bcast = |x: *const i32, c: usize| _mm512_set1_epi32(std::ptr::read_unaligned(x.add(c)));
+    if COARSE {
+        let mut ih = bias;
+        for (c, w) in w.iter().enumerate() {
+            ih = _mm512_dpbusd_epi32(ih, *w, bcast(xh, c));
+        }
+        return ih;
+    }
     let (mut ih, mut il) = (_mm512_setzero_si512(), bias);
-    for c in 0..8 {
-        ih = _mm512_dpbusd_epi32(
-            ih,
-            w[c],
-            _mm512_set1_epi32(std::ptr::read_unaligned(xh.add(c))),
-        );
-        il = _mm512_dpbusd_epi32(
-            il,
-            w[c],
-            _mm512_set1_epi32(std::ptr::read_unaligned(xl.add(c))),
-        );
+    for (c, w) in w.iter().enumerate() {
+        ih = _mm512_dpbusd_epi32(ih, *w, bcast(xh, c));
+        il = _mm512_dpbusd_epi32(il, *w, bcast(xl, c));
     }
     _mm512_add_epi32(_mm512_slli_epi32::<7>(ih), il)
 }
 
+/// Token block tb's integer sum, the unit of its integers and its represented sum: of the two
+/// planes together, or (COARSE) of the coarse plane alone.
+#[inline(always)]
+fn unit_sums<const COARSE: bool>(act: &SplitAct, tb: usize) -> (i32, f32, f32) {
+    if COARSE {
+        (act.sum_hi[tb], act.hi.d[tb], act.hi.s[tb])
+    } else {
+        (act.sum[tb], act.lo.d[tb], act.s[tb])
+    }
+}
+
 /// One group of 16 Q4_0 (`Q41` false) or Q4_1 rows against TN tokens.
 #[target_feature(enable = "avx512f,avx512bw,avx512vnni,fma,f16c")]
-pub(super) unsafe fn group<const TN: usize, const Q41: bool>(
+pub(super) unsafe fn group<const TN: usize, const Q41: bool, const COARSE: bool>(
     p: &PackedQ4,
     g: usize,
     act: &SplitAct,
@@ -68,13 +85,14 @@ pub(super) unsafe fn group<const TN: usize, const Q41: bool>(
         }
         for j in 0..TN {
             let tb = (t0 + j) * nb + b;
+            let (sum, d, xs) = unit_sums::<COARSE>(act, tb);
             // nibbles are 0..15; Q4_0 subtracts 8 * sum(x) for its offset, Q4_1 adds m * s
-            let bias = _mm512_set1_epi32(if Q41 { 0 } else { -8 * act.sum[tb] });
-            let isum = planes(&w, act, tb, bias);
-            let scale = _mm512_mul_ps(dw, _mm512_set1_ps(act.lo.d[tb]));
+            let bias = _mm512_set1_epi32(if Q41 { 0 } else { -8 * sum });
+            let isum = planes::<COARSE>(&w, act, tb, bias);
+            let scale = _mm512_mul_ps(dw, _mm512_set1_ps(d));
             acc[j] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum), scale, acc[j]);
             if Q41 {
-                macc[j] = _mm512_fmadd_ps(mw, _mm512_set1_ps(act.s[tb]), macc[j]);
+                macc[j] = _mm512_fmadd_ps(mw, _mm512_set1_ps(xs), macc[j]);
             }
         }
     }
@@ -91,7 +109,7 @@ pub(super) unsafe fn group<const TN: usize, const Q41: bool>(
 /// One group of 16 Q8_0 rows against TN tokens: the activations enter as x + 128 against the
 /// signed weights, and 128 · 129 · Σw comes off the combined sum.
 #[target_feature(enable = "avx512f,avx512bw,avx512vnni,fma,f16c")]
-pub(super) unsafe fn group_q8<const TN: usize>(
+pub(super) unsafe fn group_q8<const TN: usize, const COARSE: bool>(
     p: &PackedQ4,
     g: usize,
     act: &SplitAct,
@@ -108,7 +126,9 @@ pub(super) unsafe fn group_q8<const TN: usize>(
         }
         let dw = _mm512_cvtph_ps(_mm256_loadu_si256(base as *const __m256i));
         let sums = _mm512_cvtepi16_epi32(_mm256_loadu_si256(base.add(32) as *const __m256i));
-        let bias = _mm512_mullo_epi32(sums, _mm512_set1_epi32(-128 * 129));
+        // two planes: 128 Σ(h + 128)w + Σ(l + 128)w; the coarse one alone: Σ(h + 128)w
+        let off = if COARSE { -128 } else { -128 * 129 };
+        let bias = _mm512_mullo_epi32(sums, _mm512_set1_epi32(off));
         let mut w = [_mm512_setzero_si512(); 8];
         for c in 0..8 {
             w[c] = _mm512_loadu_si512(base.add(64 + 64 * c) as *const _);
@@ -117,15 +137,25 @@ pub(super) unsafe fn group_q8<const TN: usize>(
             let tb = (t0 + j) * nb + b;
             let xh = act.hi.qs.as_ptr().add(tb * 32) as *const i32;
             let xl = act.lo.qs.as_ptr().add(tb * 32) as *const i32;
-            let (mut ih, mut il) = (_mm512_setzero_si512(), bias);
-            for c in 0..8 {
-                let h = _mm512_set1_epi32(std::ptr::read_unaligned(xh.add(c)));
-                let l = _mm512_set1_epi32(std::ptr::read_unaligned(xl.add(c)));
-                ih = _mm512_dpbusd_epi32(ih, _mm512_xor_si512(h, flip), w[c]);
-                il = _mm512_dpbusd_epi32(il, _mm512_xor_si512(l, flip), w[c]);
-            }
-            let isum = _mm512_add_epi32(_mm512_slli_epi32::<7>(ih), il);
-            let scale = _mm512_mul_ps(dw, _mm512_set1_ps(act.lo.d[tb]));
+            let isum = if COARSE {
+                let mut ih = bias;
+                for (c, w) in w.iter().enumerate() {
+                    let h = _mm512_set1_epi32(std::ptr::read_unaligned(xh.add(c)));
+                    ih = _mm512_dpbusd_epi32(ih, _mm512_xor_si512(h, flip), *w);
+                }
+                ih
+            } else {
+                let (mut ih, mut il) = (_mm512_setzero_si512(), bias);
+                for (c, w) in w.iter().enumerate() {
+                    let h = _mm512_set1_epi32(std::ptr::read_unaligned(xh.add(c)));
+                    let l = _mm512_set1_epi32(std::ptr::read_unaligned(xl.add(c)));
+                    ih = _mm512_dpbusd_epi32(ih, _mm512_xor_si512(h, flip), *w);
+                    il = _mm512_dpbusd_epi32(il, _mm512_xor_si512(l, flip), *w);
+                }
+                _mm512_add_epi32(_mm512_slli_epi32::<7>(ih), il)
+            };
+            let d = unit_sums::<COARSE>(act, tb).1;
+            let scale = _mm512_mul_ps(dw, _mm512_set1_ps(d));
             acc[j] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum), scale, acc[j]);
         }
     }
@@ -150,7 +180,7 @@ unsafe fn fifth(qh: __m512i, shift: i32) -> __m512i {
 /// One group of 16 Q5_0 rows against TN tokens: nibbles plus fifth bits (spread from each
 /// lane's 32-bit mask into bit 4 of the bytes by a multiply), values 0..31 less 16.
 #[target_feature(enable = "avx512f,avx512bw,avx512vnni,fma,f16c")]
-pub(super) unsafe fn group_q5<const TN: usize>(
+pub(super) unsafe fn group_q5<const TN: usize, const COARSE: bool>(
     p: &PackedQ4,
     g: usize,
     act: &SplitAct,
@@ -162,6 +192,9 @@ pub(super) unsafe fn group_q5<const TN: usize>(
     let mut acc = [_mm512_setzero_ps(); TN];
     for b in 0..nb {
         let base = p.block(g, b);
+        if TN == 1 {
+            prefetch_ahead(base, p.gb);
+        }
         let dw = _mm512_cvtph_ps(_mm256_loadu_si256(base as *const __m256i));
         let qh = _mm512_loadu_si512(base.add(32) as *const _);
         let mut w = [_mm512_setzero_si512(); 8];
@@ -175,8 +208,9 @@ pub(super) unsafe fn group_q5<const TN: usize>(
         }
         for j in 0..TN {
             let tb = (t0 + j) * nb + b;
-            let isum = planes(&w, act, tb, _mm512_set1_epi32(-16 * act.sum[tb]));
-            let scale = _mm512_mul_ps(dw, _mm512_set1_ps(act.lo.d[tb]));
+            let (sum, d, _) = unit_sums::<COARSE>(act, tb);
+            let isum = planes::<COARSE>(&w, act, tb, _mm512_set1_epi32(-16 * sum));
+            let scale = _mm512_mul_ps(dw, _mm512_set1_ps(d));
             acc[j] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum), scale, acc[j]);
         }
     }
