@@ -340,14 +340,24 @@ mod vnni {
                 _mm512_mul_ps(dw, _mm512_set1_ps(0.0625))
             };
             let mw = _mm512_cvtph_ps(_mm256_loadu_si256(base.add(32) as *const __m256i));
+            // the mins of sub-blocks 2q and 2q+1 side by side as i16 in each row's lane, so one
+            // vpdpwssd a pair takes both against their activation sums (exact, as before)
+            let mut mp = [_mm512_setzero_si512(); 4];
+            for (q, m) in mp.iter_mut().enumerate() {
+                let lo = _mm_loadu_si128(base.add(MINS + G * 2 * q) as _);
+                let hi = _mm_loadu_si128(base.add(MINS + G * (2 * q + 1)) as _);
+                let rows = _mm256_set_m128i(_mm_unpackhi_epi8(lo, hi), _mm_unpacklo_epi8(lo, hi));
+                *m = _mm512_cvtepu8_epi16(rows);
+            }
             for (t, a) in acc.iter_mut().enumerate() {
                 let tb = (t0 + t) * nb + b;
                 let bs = &act.bsums[16 * tb..16 * tb + 16];
                 let mut msum = _mm512_setzero_si512();
-                for s in 0..8 {
-                    let pair = bs[2 * s] as i32 + bs[2 * s + 1] as i32;
-                    let m = bytes16(MINS + G * s);
-                    msum = _mm512_add_epi32(msum, _mm512_mullo_epi32(m, _mm512_set1_epi32(pair)));
+                for (q, m) in mp.iter().enumerate() {
+                    // each sub-block's activation sum (two 16-sums, |s| <= 4064: an i16)
+                    let sum = |s: usize| (bs[2 * s] as i32 + bs[2 * s + 1] as i32) as u16 as u32;
+                    let both = (sum(2 * q) | (sum(2 * q + 1) << 16)) as i32;
+                    msum = _mm512_dpwssd_epi32(msum, *m, _mm512_set1_epi32(both));
                 }
                 let xd = _mm512_set1_ps(act.d[tb]);
                 *a = _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum[t]), _mm512_mul_ps(dw, xd), *a);
