@@ -10,7 +10,7 @@
 //! ends. Measured on the Coder 1.5B Q4_K_M, 2 threads, alternating runs: decode 19.75 ->
 //! 20.85 tok/s; SmolLM2-135M Q4_1 280 -> 301. Polling costs where another process holds a
 //! core (SmolLM2 0.78x then): the generate loop's `pool::Adaptive` moves to one thread there,
-//! where `busy` does nothing.
+//! where `busy` does nothing, and its probes of the pool there run without polling.
 
 use std::cell::Cell;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
@@ -29,6 +29,18 @@ thread_local! {
     /// a poller nested that way returns at once, or the job under it, which that step may
     /// wait for, could not finish until the step ended.
     static POLLING: Cell<bool> = const { Cell::new(false) };
+    /// Whether `busy` may poll: not while `pool::Adaptive` probes the pool on a machine
+    /// where one thread has been faster (another process holds a core, and a poller only
+    /// competes with it).
+    static ALLOWED: Cell<bool> = const { Cell::new(true) };
+}
+
+/// Run `f` with `busy` a plain call on this thread.
+pub fn without<R>(f: impl FnOnce() -> R) -> R {
+    let was = ALLOWED.with(|a| a.replace(false));
+    let r = f();
+    ALLOWED.with(|a| a.set(was));
+    r
 }
 
 /// Workers polling for a step now.
@@ -50,7 +62,7 @@ pub fn busy<R>(f: impl FnOnce() -> R) -> R {
     let Some(me) = rayon::current_thread_index() else {
         return f();
     };
-    if rayon::current_num_threads() < 2 || INSIDE.with(|i| i.get()) {
+    if rayon::current_num_threads() < 2 || INSIDE.with(|i| i.get()) || !ALLOWED.with(|a| a.get()) {
         return f();
     }
     INSIDE.with(|i| i.set(true));
@@ -133,5 +145,11 @@ mod tests {
         });
         // outside a pool it is a plain call
         assert_eq!(busy(|| 7), 7);
+        // and inside `without`, a pool's steps start no poller
+        pool.install(|| {
+            without(|| busy(|| (0..1000u64).into_par_iter().sum::<u64>()));
+            assert_eq!(SPINNING.load(Ordering::Acquire), 0);
+            assert!(ALLOWED.with(|a| a.get()));
+        });
     }
 }
