@@ -39,6 +39,17 @@ fn rne(x: f32) -> f32 {
 }
 
 impl SplitAct {
+    /// Block tb's integer sum, the unit of its integers and its represented sum: of the two
+    /// planes together, or (COARSE) of the coarse plane alone.
+    #[inline(always)]
+    pub fn unit_sums<const COARSE: bool>(&self, tb: usize) -> (i32, f32, f32) {
+        if COARSE {
+            (self.sum_hi[tb], self.hi.d[tb], self.hi.s[tb])
+        } else {
+            (self.sum[tb], self.lo.d[tb], self.s[tb])
+        }
+    }
+
     /// Quantize `x` (a multiple of 32 long).
     pub fn quantize(&mut self, x: &[f32]) {
         let nb = x.len() / 32;

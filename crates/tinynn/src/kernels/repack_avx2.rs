@@ -24,17 +24,6 @@ unsafe fn bcast(x: *const i8, c: usize) -> __m256i {
     _mm256_set1_epi32(std::ptr::read_unaligned((x as *const i32).add(c)))
 }
 
-/// Token block tb's integer sum, the unit of its integers and its represented sum: of the two
-/// planes together, or (COARSE) of the coarse plane alone.
-#[inline(always)]
-fn unit_sums<const COARSE: bool>(act: &SplitAct, tb: usize) -> (i32, f32, f32) {
-    if COARSE {
-        (act.sum_hi[tb], act.hi.d[tb], act.hi.s[tb])
-    } else {
-        (act.sum[tb], act.lo.d[tb], act.s[tb])
-    }
-}
-
 /// 8 lanes of Σ w·(128·hi + lo) over one 32-block of token block `tb`, plus `bias`: `w` holds
 /// the half's 8 vectors of 4 unsigned weights per row (elements 4c..4c+4 in vector c, the
 /// low nibbles' four chunks, then the high ones'). FLUSH products stay in i16 before they
@@ -226,7 +215,7 @@ unsafe fn group_of<K: Kind, const TN: usize, const COARSE: bool>(
             let w = K::weights(base, h);
             for j in 0..TN {
                 let tb = (t0 + j) * nb + b;
-                let (sum, unit, s) = unit_sums::<COARSE>(act, tb);
+                let (sum, unit, s) = act.unit_sums::<COARSE>(tb);
                 let isum = K::isum::<COARSE>(&w, act, tb, _mm256_set1_epi32(-K::OFFSET * sum));
                 let scale = _mm256_mul_ps(dw, _mm256_set1_ps(unit));
                 acc[h][j] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum), scale, acc[h][j]);

@@ -40,17 +40,6 @@ unsafe fn planes<const COARSE: bool>(
     _mm512_add_epi32(_mm512_slli_epi32::<7>(ih), il)
 }
 
-/// Token block tb's integer sum, the unit of its integers and its represented sum: of the two
-/// planes together, or (COARSE) of the coarse plane alone.
-#[inline(always)]
-fn unit_sums<const COARSE: bool>(act: &SplitAct, tb: usize) -> (i32, f32, f32) {
-    if COARSE {
-        (act.sum_hi[tb], act.hi.d[tb], act.hi.s[tb])
-    } else {
-        (act.sum[tb], act.lo.d[tb], act.s[tb])
-    }
-}
-
 /// One group of 16 Q4_0 (`Q41` false) or Q4_1 rows against TN tokens.
 #[target_feature(enable = "avx512f,avx512bw,avx512vnni,fma,f16c")]
 pub(super) unsafe fn group<const TN: usize, const Q41: bool, const COARSE: bool>(
@@ -85,7 +74,7 @@ pub(super) unsafe fn group<const TN: usize, const Q41: bool, const COARSE: bool>
         }
         for j in 0..TN {
             let tb = (t0 + j) * nb + b;
-            let (sum, d, xs) = unit_sums::<COARSE>(act, tb);
+            let (sum, d, xs) = act.unit_sums::<COARSE>(tb);
             // nibbles are 0..15; Q4_0 subtracts 8 * sum(x) for its offset, Q4_1 adds m * s
             let bias = _mm512_set1_epi32(if Q41 { 0 } else { -8 * sum });
             let isum = planes::<COARSE>(&w, act, tb, bias);
@@ -154,7 +143,7 @@ pub(super) unsafe fn group_q8<const TN: usize, const COARSE: bool>(
                 }
                 _mm512_add_epi32(_mm512_slli_epi32::<7>(ih), il)
             };
-            let d = unit_sums::<COARSE>(act, tb).1;
+            let d = act.unit_sums::<COARSE>(tb).1;
             let scale = _mm512_mul_ps(dw, _mm512_set1_ps(d));
             acc[j] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum), scale, acc[j]);
         }
@@ -208,7 +197,7 @@ pub(super) unsafe fn group_q5<const TN: usize, const COARSE: bool>(
         }
         for j in 0..TN {
             let tb = (t0 + j) * nb + b;
-            let (sum, d, _) = unit_sums::<COARSE>(act, tb);
+            let (sum, d, _) = act.unit_sums::<COARSE>(tb);
             let isum = planes::<COARSE>(&w, act, tb, _mm512_set1_epi32(-16 * sum));
             let scale = _mm512_mul_ps(dw, _mm512_set1_ps(d));
             acc[j] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum), scale, acc[j]);
