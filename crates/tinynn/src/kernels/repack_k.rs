@@ -112,7 +112,8 @@ impl PackedK {
     }
 }
 
-/// Rows of a Q4_K or Q5_K matrix in the 16-row layout, wherever they are held.
+/// Rows of a Q4_K, Q5_K or Q6_K (`repack_q6k`'s layout) matrix in the 16-row layout,
+/// wherever they are held.
 #[derive(Clone, Copy)]
 pub struct KGroups<'a> {
     pub ty: GgmlType,
@@ -180,6 +181,9 @@ unsafe fn tile(
     use super::group_tiles::by_tile_width;
     use super::repack_k_avx2::group as avx2;
     use vnni::group as vnni_k;
+    if p.ty == GgmlType::Q6_K {
+        return super::repack_q6k::tile(vnni, p, g, act, t0, tn, res);
+    }
     match (vnni, p.ty == GgmlType::Q5_K) {
         (true, false) => by_tile_width!(tn, vnni_k, false; p, g, act, t0, res),
         (true, true) => by_tile_width!(tn, vnni_k, true; p, g, act, t0, res),

@@ -18,6 +18,7 @@
 use super::arena::{PackArena, PackBuf};
 use super::group_tiles::interleave4;
 use super::qdot_k::Q8KAct;
+use super::repack_k::KGroups;
 use super::QMat;
 use crate::quant::{GgmlType, QK_K};
 
@@ -82,7 +83,8 @@ pub unsafe fn prefill_rows(
     assert!(w.ty == GgmlType::Q6_K && w.cols.is_multiple_of(QK_K));
     super::with_scratch(&SCRATCH, packed_bytes(rows.len(), w.cols), |s| {
         pack_rows(w, rows.clone(), s);
-        let view = Q6KGroups {
+        let view = KGroups {
+            ty: GgmlType::Q6_K,
             rows: rows.len(),
             cols: w.cols,
             data: s,
@@ -125,8 +127,9 @@ impl PackedQ6K {
     }
 
     /// The kernel's view of the copy.
-    pub fn view(&self) -> Q6KGroups<'_> {
-        Q6KGroups {
+    pub fn view(&self) -> KGroups<'_> {
+        KGroups {
+            ty: GgmlType::Q6_K,
             rows: self.rows,
             cols: self.cols,
             data: self.data.as_slice(),
@@ -155,51 +158,29 @@ impl PackedQ6K {
     }
 }
 
-/// Rows of a Q6_K matrix in the 16-row layout, wherever they are held.
-#[derive(Clone, Copy)]
-pub struct Q6KGroups<'a> {
-    pub rows: usize,
-    pub cols: usize,
-    pub data: &'a [u8],
-}
-
-impl Q6KGroups<'_> {
-    /// Rows of groups `groups` for tokens `tokens` of X, given as Q8_K blocks (T * K/256):
-    /// out[t * ldo + r].
-    ///
-    /// # Safety
-    /// The CPU must have a kernel (`has_kernel`); `out` must be valid for writes at
-    /// `t * ldo + r` for these tokens and the rows of these groups, and owned by the caller.
-    pub unsafe fn gemm_groups(
-        &self,
-        groups: std::ops::Range<usize>,
-        act: &Q8KAct,
-        tokens: std::ops::Range<usize>,
-        out: *mut f32,
-        ldo: usize,
-    ) {
-        assert!(act.d.len() >= tokens.end * (self.cols / QK_K));
-        let (vnni, (s, cols)) = (super::qgemm::has_vnni(), (self.data, self.cols));
-        #[cfg(target_arch = "x86_64")]
-        super::group_tiles::for_group_tiles::<TT>(
-            groups,
-            tokens,
-            self.rows,
-            out,
-            ldo,
-            |g, t0, tn, res| {
-                use super::group_tiles::by_tile_width;
-                use super::repack_q6k_avx2::group as avx2;
-                use vnni::group as vnni_k;
-                if vnni {
-                    by_tile_width!(tn, vnni_k; s, cols, g, act, t0, res)
-                } else {
-                    by_tile_width!(tn, avx2; s, cols, g, act, t0, res)
-                }
-            },
-        );
-        #[cfg(not(target_arch = "x86_64"))]
-        let _ = (groups, act, tokens, out, ldo, vnni, s, cols);
+/// A tile of up to TT tokens of group g on the VNNI kernel or the AVX2 one, for `KGroups`
+/// (`repack_k`) of Q6_K rows.
+///
+/// # Safety
+/// As `vnni::group` or `repack_q6k_avx2::group`.
+#[cfg(target_arch = "x86_64")]
+pub(super) unsafe fn tile(
+    vnni: bool,
+    p: &KGroups,
+    g: usize,
+    act: &Q8KAct,
+    t0: usize,
+    tn: usize,
+    res: &mut [[f32; G]; TT],
+) {
+    use super::group_tiles::by_tile_width;
+    use super::repack_q6k_avx2::group as avx2;
+    use vnni::group as vnni_k;
+    let (data, cols) = (p.data, p.cols);
+    if vnni {
+        by_tile_width!(tn, vnni_k; data, cols, g, act, t0, res)
+    } else {
+        by_tile_width!(tn, avx2; data, cols, g, act, t0, res)
     }
 }
 

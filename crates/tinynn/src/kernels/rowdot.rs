@@ -356,15 +356,14 @@ fn packed_k_many(ws: &[QMat], x: &[f32], t: usize, ys: &mut [&mut [f32]]) {
         let outs: Vec<OutPtr> = ys.iter_mut().map(|y| OutPtr(y.as_mut_ptr())).collect();
         par_tiles(ws, t, per_task, t.max(1), |i, g, tokens| {
             let (out, ldo) = (outs[i].at(0), ws[i].rows);
+            let view = match ws[i].packed {
+                Some(Packed::K(p)) => p.view(),
+                Some(Packed::Q6K(p)) => p.view(),
+                _ => return,
+            };
             // SAFETY: packs are only made where the kernel runs; this tile alone writes the
             // rows of groups g of output i (T, N_i).
-            unsafe {
-                match ws[i].packed {
-                    Some(Packed::K(p)) => p.view().gemm_groups(g, &acts.q8k, tokens, out, ldo),
-                    Some(Packed::Q6K(p)) => p.view().gemm_groups(g, &acts.q8k, tokens, out, ldo),
-                    _ => {}
-                }
-            };
+            unsafe { view.gemm_groups(g, &acts.q8k, tokens, out, ldo) };
         });
     })
 }
