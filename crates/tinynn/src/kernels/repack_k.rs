@@ -284,12 +284,13 @@ mod vnni {
         let mut acc = [_mm512_setzero_ps(); TN];
         for b in 0..nb {
             let base = p.data.as_ptr().add((g * nb + b) * gb);
-            if TN == 1 {
-                crate::kernels::stream::prefetch_ahead(base, gb);
-            }
             let bytes16 = |at: usize| _mm512_cvtepu8_epi32(_mm_loadu_si128(base.add(at) as _));
             let mut isum = [_mm512_setzero_si512(); TN];
             for j in 0..4 {
+                if TN == 1 {
+                    // a quarter of the block's prefetches before each quarter of its work
+                    crate::kernels::stream::prefetch_part(base, gb, j, 4);
+                }
                 let mut lo = [_mm512_setzero_si512(); 8];
                 let mut hi = [_mm512_setzero_si512(); 8];
                 for c in 0..8 {

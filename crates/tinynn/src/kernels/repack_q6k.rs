@@ -204,14 +204,15 @@ mod vnni {
         let mut acc = [_mm512_setzero_ps(); TN];
         for b in 0..nb {
             let base = data.as_ptr().add((g * nb + b) * GB);
-            if TN == 1 {
-                crate::kernels::stream::prefetch_ahead(base, GB);
-            }
             let mut isum = [_mm512_setzero_si512(); TN];
             // (half n, run h, chunks c0..c0+4): sub-blocks 8n+2h+c0/4 (low) and 8n+4+2h+c0/4
             for n in 0..2 {
                 for h in 0..2 {
                     for c0 in [0, 4] {
+                        if TN == 1 {
+                            let part = 4 * n + 2 * h + c0 / 4;
+                            crate::kernels::stream::prefetch_part(base, GB, part, 8);
+                        }
                         let mut lo = [_mm512_setzero_si512(); 4];
                         let mut hi = [_mm512_setzero_si512(); 4];
                         for u in 0..4 {

@@ -8,6 +8,10 @@
 //! A second, farther request into L2 (`_MM_HINT_T1`) keeps more lines coming from DRAM while
 //! the near one lands them in L1: Q4_K decode from DRAM 15.7 -> 17.3 GB/s, the Coder 1.5B
 //! 18.0 -> 19.2 tok/s, SmolLM2 Q4_1 ~205 -> ~240.
+//! The k-quant kernels, whose blocks of 16 rows span 37 (Q4_K) and 53 (Q6_K) lines, ask for
+//! a block's lines in parts spread over their work on it (`prefetch_part`) rather than in one
+//! burst at its start: the Coder 1.5B 22.1 -> 24.0 tok/s (4 and 8 parts; 16 parts for Q4_K
+//! was slower, 21.8). With `perf annotate` the burst's samples sat on its `prefetcht1`s.
 
 /// How far ahead of the bytes being read decode asks for weights into L1: about 5 Q8_0
 /// blocks of 16 rows, 10 of Q4_1, 1.3 of Q4_K (`bench/prefetch.sh` sweeps it,
@@ -38,6 +42,16 @@ pub(crate) fn prefetch_ahead(at: *const u8, len: usize) {
             }
         }
     }
+}
+
+/// Part `i` of `n` of [`prefetch_ahead`]`(at, len)`: its lines split evenly, so that a kernel
+/// spreads its requests over its work on a block rather than issuing them in one burst.
+#[cfg(target_arch = "x86_64")]
+#[inline(always)]
+pub(crate) fn prefetch_part(at: *const u8, len: usize, i: usize, n: usize) {
+    let lines = len.div_ceil(64);
+    let (l0, l1) = (lines * i / n, lines * (i + 1) / n);
+    prefetch_ahead(at.wrapping_add(64 * l0), 64 * (l1 - l0));
 }
 
 /// A prefetch distance: its default, or the environment variable's value, read once.
