@@ -287,7 +287,7 @@ mod vnni {
             let bytes16 = |at: usize| _mm512_cvtepu8_epi32(_mm_loadu_si128(base.add(at) as _));
             let mut isum = [_mm512_setzero_si512(); TN];
             for j in 0..4 {
-                if TN == 1 {
+                if TN == 1 || t0 == 0 {
                     // a quarter of the block's prefetches before each quarter of its work
                     crate::kernels::stream::prefetch_part(base, gb, j, 4);
                 }

@@ -209,7 +209,7 @@ mod vnni {
             for n in 0..2 {
                 for h in 0..2 {
                     for c0 in [0, 4] {
-                        if TN == 1 {
+                        if TN == 1 || t0 == 0 {
                             let part = 4 * n + 2 * h + c0 / 4;
                             crate::kernels::stream::prefetch_part(base, GB, part, 8);
                         }

@@ -56,7 +56,7 @@ pub(super) unsafe fn group<const TN: usize, const Q41: bool, const COARSE: bool>
     let mut macc = [_mm512_setzero_ps(); TN];
     for b in 0..nb {
         let base = p.block(g, b);
-        if TN == 1 {
+        if TN == 1 || t0 == 0 {
             prefetch_ahead(base, p.gb);
         }
         let dw = _mm512_cvtph_ps(_mm256_loadu_si256(base as *const __m256i));
@@ -110,7 +110,7 @@ pub(super) unsafe fn group_q8<const TN: usize, const COARSE: bool>(
     let mut acc = [_mm512_setzero_ps(); TN];
     for b in 0..nb {
         let base = p.block(g, b);
-        if TN == 1 {
+        if TN == 1 || t0 == 0 {
             prefetch_ahead(base, p.gb);
         }
         let dw = _mm512_cvtph_ps(_mm256_loadu_si256(base as *const __m256i));
@@ -181,7 +181,7 @@ pub(super) unsafe fn group_q5<const TN: usize, const COARSE: bool>(
     let mut acc = [_mm512_setzero_ps(); TN];
     for b in 0..nb {
         let base = p.block(g, b);
-        if TN == 1 {
+        if TN == 1 || t0 == 0 {
             prefetch_ahead(base, p.gb);
         }
         let dw = _mm512_cvtph_ps(_mm256_loadu_si256(base as *const __m256i));
