@@ -89,10 +89,15 @@ pub struct SpecStats {
     pub rounds: usize,
 }
 
-/// The softmax probability of the largest logit.
+/// The softmax probability of the largest logit. Logits more than 32 below it add under
+/// e^-32 each (under 2e-9 over 150k tokens), so only the few near the top take an `exp`: a
+/// tenth of a millisecond less a drafted token on a 152k vocabulary.
 fn top_prob(logits: &[f32]) -> f32 {
     let m = logits.iter().copied().fold(f32::NEG_INFINITY, f32::max);
-    let sum: f32 = logits.iter().map(|&l| (l - m).exp()).sum();
+    let sum: f32 = (logits.iter())
+        .filter(|&&l| l > m - 32.0)
+        .map(|&l| (l - m).exp())
+        .sum();
     1.0 / sum
 }
 
