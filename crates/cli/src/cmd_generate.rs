@@ -92,7 +92,10 @@ pub fn run(a: Args) -> Result<()> {
             let f = open_gguf(p)?;
             check_draft_vocab(&*a.model.gguf()?, &f)
                 .with_context(|| format!("draft '{}'", p.display()))?;
-            Some(Model::from_gguf(f).with_context(|| format!("loading draft '{}'", p.display()))?)
+            Some(
+                Model::from_gguf_draft(f)
+                    .with_context(|| format!("loading draft '{}'", p.display()))?,
+            )
         }
         None => None,
     };

@@ -140,7 +140,7 @@ fn spec_options(
     }
     let draft = match &s.draft {
         None => None,
-        Some(p) => Some(Arc::new(toy::model::Model::open(p).map_err(|e| {
+        Some(p) => Some(Arc::new(toy::model::Model::open_draft(p).map_err(|e| {
             ServeError::Config(format!("draft model '{}': {e}", p.display()))
         })?)),
     };

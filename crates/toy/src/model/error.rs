@@ -23,6 +23,8 @@ pub enum ModelError {
     },
     #[error("tensor '{name}': {source}")]
     Weight { name: String, source: QMatError },
+    #[error("tensor '{name}' cannot be held in another type: {why}")]
+    Requantize { name: String, why: String },
     #[error("tensor '{name}' of type {ty} cannot be read as f32")]
     NotFloat {
         name: String,

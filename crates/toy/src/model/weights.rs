@@ -4,21 +4,25 @@
 
 use super::ModelError;
 use crate::gguf::GgufFile;
+use rayon::prelude::*;
 use std::ops::Range;
 use std::sync::Arc;
 use tinynn::kernels::arena::{padded, PackArena};
 use tinynn::kernels::repack::Packed;
 use tinynn::kernels::QMat;
-use tinynn::quant::{can_dequantize, dequantize};
+use tinynn::quant::{can_dequantize, can_quantize, dequantize, quantize, GgmlType};
 
 /// A matrix of `rows` (N) rows of `cols` (K) elements, stored in the file as GGUF dims [K, N].
 #[derive(Clone, Debug)]
 pub struct Weight {
     pub name: String,
-    pub ty: tinynn::quant::GgmlType,
+    pub ty: GgmlType,
     pub rows: usize,
     pub cols: usize,
     range: Range<usize>,
+    /// The matrix in `ty` when the loader requantized it (`Loader::recast`): the kernels read
+    /// these bytes, not `range`'s.
+    own: Option<Arc<[u8]>>,
     /// Q4_0 / Q4_1 weights repacked for the interleaved-row kernel, where the CPU has it (shared by
     /// clones, e.g. a tied head).
     packed: Option<Arc<Packed>>,
@@ -31,6 +35,8 @@ pub struct Loader<'f> {
     arena: PackArena,
     /// Bytes the model no longer reads from the file (see `release`).
     released: std::cell::RefCell<Vec<Range<usize>>>,
+    /// Matrices to hold in another weight type than the file's (see `recast`).
+    recast: Option<Recast>,
 }
 
 impl<'f> Loader<'f> {
@@ -47,16 +53,22 @@ impl<'f> Loader<'f> {
             file,
             arena: PackArena::new(bytes),
             released: Default::default(),
+            recast: None,
         }
     }
 
-    /// Let the pages of `range` go now that the model holds its own copy of them. The loader
-    /// lets them go once more when it is dropped: reading the next tensor maps the pages
-    /// around it (the kernel's fault-around), neighbours' released pages included.
-    fn release(&self, range: Range<usize>) {
-        self.file.release(range.clone());
-        self.released.borrow_mut().push(range);
+    /// Hold the matrices `which` picks requantized to `ty` (from their dequantized values)
+    /// instead of in the file's type: how a draft model reads fewer bytes a token.
+    pub fn recast(mut self, ty: GgmlType, which: fn(&str, GgmlType) -> bool) -> Self {
+        self.recast = Some(Recast { ty, which });
+        self
     }
+}
+
+/// See [`Loader::recast`].
+struct Recast {
+    ty: GgmlType,
+    which: fn(&str, GgmlType) -> bool,
 }
 
 impl Drop for Loader<'_> {
@@ -109,22 +121,40 @@ impl Weight {
             });
         }
         let data = f.tensor_data(t);
-        let q = QMat::new(t.ty, rows, cols, data).map_err(|source| ModelError::Weight {
+        let bad = |source| ModelError::Weight {
             name: name.into(),
             source,
-        })?;
-        let packed = Packed::new_in(&q, Some(&f.arena)).map(Arc::new);
+        };
+        let q = QMat::new(t.ty, rows, cols, data).map_err(bad)?;
         let range = byte_range(f, data);
-        if packed.is_some() {
-            // the kernels and embedding lookups read the repacked copy
+        let to = (f.recast.as_ref())
+            .filter(|r| r.ty != t.ty && r.ty.row_bytes(cols as u64).is_some())
+            .filter(|r| (r.which)(name, t.ty))
+            .map(|r| r.ty);
+        let own = match to {
+            Some(ty) => Some(requantize(&q, ty).map_err(|why| ModelError::Requantize {
+                name: name.into(),
+                why,
+            })?),
+            None => None,
+        };
+        let ty = to.unwrap_or(t.ty);
+        let q = match &own {
+            Some(b) => QMat::new(ty, rows, cols, b).map_err(bad)?,
+            None => q,
+        };
+        let packed = Packed::new_in(&q, Some(&f.arena)).map(Arc::new);
+        if packed.is_some() || own.is_some() {
+            // the kernels and embedding lookups read the repacked or requantized copy
             f.release(range.clone());
         }
         Ok(Self {
             name: name.into(),
-            ty: t.ty,
+            ty,
             rows,
             cols,
             range,
+            own,
             packed,
         })
     }
@@ -135,10 +165,29 @@ impl Weight {
             ty: self.ty,
             rows: self.rows,
             cols: self.cols,
-            data: &file[self.range.clone()],
+            data: self.own.as_deref().unwrap_or(&file[self.range.clone()]),
             packed: self.packed.as_deref(),
         }
     }
+}
+
+/// `w`'s values in type `ty`, a row at a time.
+fn requantize(w: &QMat, ty: GgmlType) -> Result<Arc<[u8]>, String> {
+    let row = ty.row_bytes(w.cols as u64).filter(|_| can_quantize(ty));
+    let row = row.ok_or_else(|| format!("cannot requantize a row of {} to {ty}", w.cols))? as usize;
+    let mut out = vec![0u8; row * w.rows];
+    out.par_chunks_mut(row * 64)
+        .enumerate()
+        .try_for_each(|(i, rows)| {
+            let mut x = vec![0f32; w.cols];
+            for (r, dst) in rows.chunks_exact_mut(row).enumerate() {
+                w.dequantize_row(64 * i + r, &mut x);
+                quantize(ty, &x, dst)?;
+            }
+            Ok::<_, tinynn::quant::QuantError>(())
+        })
+        .map_err(|e| e.to_string())?;
+    Ok(out.into())
 }
 
 /// Decode a whole tensor of `len` elements to f32 (norm weights, biases, small tables).

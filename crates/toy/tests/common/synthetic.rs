@@ -202,6 +202,11 @@ pub fn weights(s: &Spec) -> Tensors {
 
 /// The GGUF bytes of `s` with `tensors`, matrices stored as `ty` (vectors stay F32).
 pub fn gguf(s: &Spec, tensors: &Tensors, ty: GgmlType) -> Vec<u8> {
+    gguf_with(s, tensors, |_| ty)
+}
+
+/// [`gguf`] with matrix `name` stored as `ty_of(name)`.
+pub fn gguf_with(s: &Spec, tensors: &Tensors, ty_of: impl Fn(&str) -> GgmlType) -> Vec<u8> {
     let mut w = GgufWriter::new();
     let a = s.arch;
     w.add_metadata("general.architecture", Value::String(a.into()));
@@ -231,7 +236,11 @@ pub fn gguf(s: &Spec, tensors: &Tensors, ty: GgmlType) -> Vec<u8> {
     w.add_metadata(format!("{a}.{eps}"), Value::F32(s.eps));
     w.add_metadata(format!("{a}.rope.freq_base"), Value::F32(s.base));
     for (name, dims, data) in &tensors.0 {
-        let ty = if dims.len() == 2 { ty } else { GgmlType::F32 };
+        let ty = if dims.len() == 2 {
+            ty_of(name)
+        } else {
+            GgmlType::F32
+        };
         let mut bytes = vec![0u8; ty.row_bytes(data.len() as u64).unwrap() as usize];
         quantize(ty, data, &mut bytes).unwrap();
         w.add_tensor(name.clone(), dims.clone(), ty, bytes).unwrap();
