@@ -68,9 +68,9 @@ impl Model {
     /// A model to draft with (speculative decoding): its matrices held in Q4_0 where the file
     /// has a wider type (8, 6 or 5 bits, or floats). A draft's precision only moves how many
     /// drafted tokens the target keeps, never the output, and a draft reads all of its bytes
-    /// for each token it proposes. Qwen2.5-Coder-0.5B (a Q8_0 head of 151,936 x 896, Q5_0 and
-    /// Q6_K layers: 392 MB of matrices a token) reads 278 MB so; on three code prompts the 1.5B kept
-    /// 104, 101 and 84 of its drafts against 105, 102 and 86 from the file's types.
+    /// for each token it proposes. Qwen2.5-Coder-0.5B (a Q8_0 head of 151,936 x 896, Q5_0
+    /// and Q6_K layers) reads 278 MB of matrices a token so instead of 392; on three code
+    /// prompts the 1.5B kept 106, 102 and 85 of its drafts against 105, 102 and 86.
     pub fn from_gguf_draft(file: Arc<GgufFile>) -> Result<Self, ModelError> {
         use tinynn::quant::GgmlType::*;
         let tied = file.tensor("output.weight").is_none();
