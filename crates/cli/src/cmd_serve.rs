@@ -112,6 +112,7 @@ pub fn run(a: Args, threads: Option<usize>) -> Result<()> {
             ngram: a.spec.spec.is_some(),
             max: a.spec.draft_max,
             p_min: a.spec.draft_p_min,
+            as_stored: a.spec.draft_as_stored,
         },
         ..ServeConfig::default()
     };

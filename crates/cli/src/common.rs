@@ -145,6 +145,11 @@ pub struct SpecArgs {
     /// `toy serve` drafts up to --draft-max.
     #[arg(long, value_parser = ["auto", "max"])]
     pub draft_len: Option<String>,
+    /// Run the draft with its matrices in the file's types. By default a draft holds those in
+    /// 5 to 8 bits or floats in Q4_0: fewer bytes a drafted token, which moves how many drafted
+    /// tokens are kept, never the output.
+    #[arg(long, requires = "draft")]
+    pub draft_as_stored: bool,
 }
 
 impl SpecArgs {

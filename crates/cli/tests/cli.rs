@@ -600,12 +600,16 @@ fn speculative_decoding_is_the_target_alone_when_greedy_and_keeps_a_perfect_draf
     };
     let plain = run(&[]);
     let ngram = run(&["--spec", "ngram", "--draft-max", "4"]);
-    let itself = run(&["--draft", &m]);
+    // the model as its own draft: as stored, a perfect draft; by default (its Q8_0 embedding
+    // and head held in Q4_0) a near one
+    let itself = run(&["--draft", &m, "--draft-as-stored"]);
+    let near = run(&["--draft", &m]);
     assert_eq!(
         ngram["ids"], plain["ids"],
         "prompt lookup changed the output"
     );
     assert_eq!(itself["ids"], plain["ids"], "a draft changed the output");
+    assert_eq!(near["ids"], plain["ids"], "a Q4_0 draft changed the output");
     // the draft length fixed at the most, or tuned to the measured costs: the same output
     for (spec, len) in [("ngram", "max"), ("draft", "auto")] {
         let mut extra = vec!["--draft-len", len];
@@ -621,6 +625,9 @@ fn speculative_decoding_is_the_target_alone_when_greedy_and_keeps_a_perfect_draf
         "{}",
         itself["spec"]
     );
+    let (drafted, accepted) = (&near["spec"]["drafted"], &near["spec"]["accepted"]);
+    let (d, a) = (drafted.as_u64().unwrap(), accepted.as_u64().unwrap());
+    assert!(d > 0 && a * 2 >= d, "{}", near["spec"]);
     assert!(ngram["spec"]["rounds"].as_u64().unwrap() > 0);
     // sampling: the acceptance rule keeps the target's distribution (tested on the rule in
     // toy::infer::speculative); here it runs, reproducibly for one seed
@@ -631,10 +638,10 @@ fn speculative_decoding_is_the_target_alone_when_greedy_and_keeps_a_perfect_draf
         args.extend_from_slice(extra);
         toy_json(&args)
     };
-    let s1 = sampled(&["--draft", &m]);
+    let s1 = sampled(&["--draft", &m, "--draft-as-stored"]);
     assert_eq!(
         s1["ids"],
-        sampled(&["--draft", &m])["ids"],
+        sampled(&["--draft", &m, "--draft-as-stored"])["ids"],
         "one seed, one output"
     );
     assert!(!s1["ids"].as_array().unwrap().is_empty());

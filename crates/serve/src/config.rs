@@ -53,6 +53,8 @@ pub struct SpecConfig {
     pub max: usize,
     /// The draft model stops where its top token's probability is under this.
     pub p_min: f32,
+    /// The draft's matrices in the file's types, not Q4_0 (`Model::from_gguf_draft`).
+    pub as_stored: bool,
 }
 
 impl Default for SpecConfig {
@@ -62,6 +64,7 @@ impl Default for SpecConfig {
             ngram: false,
             max: 8,
             p_min: 0.75,
+            as_stored: false,
         }
     }
 }

@@ -140,9 +140,16 @@ fn spec_options(
     }
     let draft = match &s.draft {
         None => None,
-        Some(p) => Some(Arc::new(toy::model::Model::open_draft(p).map_err(|e| {
-            ServeError::Config(format!("draft model '{}': {e}", p.display()))
-        })?)),
+        Some(p) => {
+            let m = if s.as_stored {
+                toy::model::Model::open(p)
+            } else {
+                toy::model::Model::open_draft(p)
+            };
+            let m =
+                m.map_err(|e| ServeError::Config(format!("draft model '{}': {e}", p.display())));
+            Some(Arc::new(m?))
+        }
     };
     Ok(Some((draft, s.max, s.p_min)))
 }
