@@ -63,6 +63,14 @@ impl<'f> Loader<'f> {
         self.recast = Some(Recast { ty, which });
         self
     }
+
+    /// Let the pages of `range` go now that the model holds its own copy of them. The loader
+    /// lets them go once more when it is dropped: reading the next tensor maps the pages
+    /// around it (the kernel's fault-around), neighbours' released pages included.
+    fn release(&self, range: Range<usize>) {
+        self.file.release(range.clone());
+        self.released.borrow_mut().push(range);
+    }
 }
 
 /// See [`Loader::recast`].
