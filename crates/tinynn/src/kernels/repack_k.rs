@@ -288,7 +288,8 @@ mod vnni {
             let mut isum = [_mm512_setzero_si512(); TN];
             for j in 0..4 {
                 if TN == 1 || t0 == 0 {
-                    // a quarter of the block's prefetches before each quarter of its work
+                    // a quarter of the block's prefetches before each quarter of its work (in
+                    // decode, or on a task's first token tile: the later tiles find W in cache)
                     crate::kernels::stream::prefetch_part(base, gb, j, 4);
                 }
                 let mut lo = [_mm512_setzero_si512(); 8];
