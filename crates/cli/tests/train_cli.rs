@@ -593,8 +593,10 @@ fn bench_train_splits_the_step_time() {
         for kind in ["products", "attention", "norms", "optimizer", "other"] {
             assert!(split[kind].as_f64().unwrap() >= 0.0, "{kind}: {r}");
         }
+        // a share, not a speed: beside other processes any part can take most of a short
+        // step (products 0.046 of a 0.3 ms step once), but the products' timer must count
         assert!(
-            split["products"].as_f64().unwrap() > 0.05,
+            split["products"].as_f64().unwrap() > 0.0,
             "products took no time: {r}"
         );
         let sum: f64 = split.values().map(|v| v.as_f64().unwrap()).sum();
