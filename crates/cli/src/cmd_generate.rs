@@ -92,11 +92,7 @@ pub fn run(a: Args) -> Result<()> {
             let f = open_gguf(p)?;
             check_draft_vocab(&*a.model.gguf()?, &f)
                 .with_context(|| format!("draft '{}'", p.display()))?;
-            let m = if a.spec.draft_as_stored {
-                Model::from_gguf(f)
-            } else {
-                Model::from_gguf_draft(f)
-            };
+            let m = Model::from_gguf_draft(f, a.spec.draft_as_stored);
             Some(m.with_context(|| format!("loading draft '{}'", p.display()))?)
         }
         None => None,

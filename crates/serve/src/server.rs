@@ -141,11 +141,7 @@ fn spec_options(
     let draft = match &s.draft {
         None => None,
         Some(p) => {
-            let m = if s.as_stored {
-                toy::model::Model::open(p)
-            } else {
-                toy::model::Model::open_draft(p)
-            };
+            let m = toy::model::Model::open_draft(p, s.as_stored);
             let m =
                 m.map_err(|e| ServeError::Config(format!("draft model '{}': {e}", p.display())));
             Some(Arc::new(m?))

@@ -54,7 +54,8 @@ fn fallback(ty: GgmlType, cols: u64) -> GgmlType {
     }
 }
 
-/// Decode `data` of type `from` and encode it as `to`, row by row of `cols`.
+/// Decode `data` of type `from` and encode it as `to`, row by row of `cols` (in parallel
+/// chunks of rows, so no f32 copy of the whole matrix is made).
 pub fn convert(
     from: GgmlType,
     to: GgmlType,
@@ -62,6 +63,26 @@ pub fn convert(
     n: usize,
     cols: usize,
 ) -> Result<Vec<u8>, QuantError> {
+    const ROWS: usize = 64;
+    let rows = |t: GgmlType| {
+        t.row_bytes(cols as u64)
+            .filter(|&b| b > 0)
+            .map(|b| b as usize)
+    };
+    if let (Some(rf), Some(rt)) = (rows(from), rows(to)) {
+        let mut out = vec![0u8; rt * (n / cols)];
+        out.par_chunks_mut(rt * ROWS)
+            .zip(data.par_chunks(rf * ROWS))
+            .try_for_each(|(dst, src)| {
+                let mut x = vec![0f32; cols];
+                for (s, d) in src.chunks_exact(rf).zip(dst.chunks_exact_mut(rt)) {
+                    dequantize(from, s, &mut x)?;
+                    quantize(to, &x, d)?;
+                }
+                Ok(())
+            })?;
+        return Ok(out);
+    }
     let mut f = vec![0f32; n];
     dequantize(from, data, &mut f)?;
     let rb = to.row_bytes(cols as u64).unwrap_or(0) as usize;

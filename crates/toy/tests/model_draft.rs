@@ -23,7 +23,7 @@ fn logits(m: &Model, s: &Spec) -> Vec<f32> {
 }
 
 fn draft(bytes: Vec<u8>) -> Model {
-    Model::from_gguf_draft(Arc::new(GgufFile::from_bytes(bytes).unwrap())).unwrap()
+    Model::from_gguf_draft(Arc::new(GgufFile::from_bytes(bytes).unwrap()), false).unwrap()
 }
 
 /// The draft of `s` stored in `ty`, against `s` stored with the matrices `in_q4` picks in

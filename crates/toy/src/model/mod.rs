@@ -61,8 +61,8 @@ impl Model {
     }
 
     /// [`Model::from_gguf_draft`] of the file at `path`.
-    pub fn open_draft(path: &Path) -> Result<Self, ModelError> {
-        Self::from_gguf_draft(Arc::new(GgufFile::open(path)?))
+    pub fn open_draft(path: &Path, as_stored: bool) -> Result<Self, ModelError> {
+        Self::from_gguf_draft(Arc::new(GgufFile::open(path)?), as_stored)
     }
 
     /// A model to draft with (speculative decoding): its matrices held in Q4_0 where the file
@@ -71,11 +71,14 @@ impl Model {
     /// for each token it proposes. Qwen2.5-Coder-0.5B (a Q8_0 head of 151,936 x 896, Q5_0
     /// and Q6_K layers) reads 278 MB of matrices a token so instead of 392; on three code
     /// prompts the 1.5B kept 106, 102 and 85 of its drafts against 105, 102 and 86.
-    pub fn from_gguf_draft(file: Arc<GgufFile>) -> Result<Self, ModelError> {
-        use tinynn::quant::GgmlType::*;
+    /// `as_stored`: the file's types (`from_gguf`).
+    pub fn from_gguf_draft(file: Arc<GgufFile>, as_stored: bool) -> Result<Self, ModelError> {
+        if as_stored {
+            return Self::from_gguf(file);
+        }
         let tied = file.tensor("output.weight").is_none();
         let which = if tied { recast_tied } else { recast_untied };
-        Self::load_with(file, |l| l.recast(Q4_0, which))
+        Self::load_with(file, |l| l.recast(tinynn::quant::GgmlType::Q4_0, which))
     }
 
     fn load_with(

@@ -4,13 +4,12 @@
 
 use super::ModelError;
 use crate::gguf::GgufFile;
-use rayon::prelude::*;
 use std::ops::Range;
 use std::sync::Arc;
 use tinynn::kernels::arena::{padded, PackArena};
 use tinynn::kernels::repack::Packed;
 use tinynn::kernels::QMat;
-use tinynn::quant::{can_dequantize, can_quantize, dequantize, quantize, GgmlType};
+use tinynn::quant::{can_dequantize, can_quantize, dequantize, GgmlType};
 
 /// A matrix of `rows` (N) rows of `cols` (K) elements, stored in the file as GGUF dims [K, N].
 #[derive(Clone, Debug)]
@@ -179,23 +178,13 @@ impl Weight {
     }
 }
 
-/// `w`'s values in type `ty`, a row at a time.
+/// `w`'s values in type `ty` (`toy quantize`'s conversion).
 fn requantize(w: &QMat, ty: GgmlType) -> Result<Arc<[u8]>, String> {
-    let row = ty.row_bytes(w.cols as u64).filter(|_| can_quantize(ty));
-    let row = row.ok_or_else(|| format!("cannot requantize a row of {} to {ty}", w.cols))? as usize;
-    let mut out = vec![0u8; row * w.rows];
-    out.par_chunks_mut(row * 64)
-        .enumerate()
-        .try_for_each(|(i, rows)| {
-            let mut x = vec![0f32; w.cols];
-            for (r, dst) in rows.chunks_exact_mut(row).enumerate() {
-                w.dequantize_row(64 * i + r, &mut x);
-                quantize(ty, &x, dst)?;
-            }
-            Ok::<_, tinynn::quant::QuantError>(())
-        })
-        .map_err(|e| e.to_string())?;
-    Ok(out.into())
+    if !can_quantize(ty) || ty.row_bytes(w.cols as u64).is_none() {
+        return Err(format!("cannot requantize a row of {} to {ty}", w.cols));
+    }
+    let out = crate::quantize::convert(w.ty, ty, w.data, w.rows * w.cols, w.cols);
+    Ok(out.map_err(|e| e.to_string())?.into())
 }
 
 /// Decode a whole tensor of `len` elements to f32 (norm weights, biases, small tables).
