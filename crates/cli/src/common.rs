@@ -135,7 +135,8 @@ pub struct SpecArgs {
     /// Most tokens drafted per round.
     #[arg(long, default_value_t = 8)]
     pub draft_max: usize,
-    /// The draft model stops drafting where its top token's probability is under this.
+    /// The draft model stops drafting after a token where its top token's probability was
+    /// under this (that token is still proposed: unlike llama.cpp, which drops it).
     #[arg(long, default_value_t = 0.75)]
     pub draft_p_min: f32,
     /// `toy generate`: how many tokens a round drafts. `auto`: the length (0 to --draft-max)
@@ -145,8 +146,9 @@ pub struct SpecArgs {
     /// `toy serve` drafts up to --draft-max.
     #[arg(long, value_parser = ["auto", "max"])]
     pub draft_len: Option<String>,
-    /// Run the draft with its matrices in the file's types. By default a draft holds those in
-    /// 5 to 8 bits or floats in Q4_0: fewer bytes a drafted token, which moves how many drafted
+    /// Run the draft with its matrices in the file's types and the target's arithmetic. By
+    /// default a draft holds those in 5 to 8 bits or floats in Q4_0 and rounds activations as
+    /// ggml does: fewer bytes and less work a drafted token, which moves how many drafted
     /// tokens are kept, never the output.
     #[arg(long, requires = "draft")]
     pub draft_as_stored: bool,

@@ -218,8 +218,12 @@ impl Drafter<'_> {
 
 /// Up to `k` tokens a draft model samples after `hist`, with the distributions they came
 /// from. `state` holds the tokens `fed`; it keeps what it holds of `hist` (not the drafted
-/// tokens the target refused), takes the rest, then drafts, stopping early where the
-/// draft's own top token has probability under `p_min` (a guess the target likely refuses).
+/// tokens the target refused), takes the rest, then drafts, stopping early after a token
+/// where the draft's own top token had probability under `p_min`. Unlike llama.cpp's
+/// `--draft-p-min`, which drops that unsure token, it is proposed: its logits are already
+/// paid for and a verify pass checks one more token for about a fortieth of a decode step,
+/// while a draft step on it (the one building on a guess the target likely refuses) is not
+/// taken.
 #[allow(clippy::type_complexity)]
 pub fn model_draft(
     model: &Model,
@@ -238,9 +242,11 @@ pub fn model_draft(
     // a draft only proposes: ggml's one-plane activation rounding (half the integer work of
     // toy's two planes on the legacy types) changes how many tokens are kept, never the output
     let forward = |state: &mut State, toks: &[u32]| {
-        tinynn::kernels::coarse_activations(|| {
-            model.forward(state, toks, Logits::Last).map(|l| l.to_vec())
-        })
+        let mut run = || model.forward(state, toks, Logits::Last).map(|l| l.to_vec());
+        match model.drafts_coarsely() {
+            true => tinynn::kernels::coarse_activations(run),
+            false => run(),
+        }
     };
     let mut logits = forward(state, new)?;
     fed.extend_from_slice(new);
@@ -248,15 +254,13 @@ pub fn model_draft(
     sampler.set_history(hist);
     let (mut out, mut dists) = (Vec::new(), Vec::new());
     while out.len() < k {
-        if !out.is_empty() && top_prob(&logits) < p_min {
-            break;
-        }
+        let sure = top_prob(&logits) >= p_min;
         let d = sampler.distribution(&logits);
         let id = draw(&d, sampler.uniform());
         sampler.accept(id);
         out.push(id);
         dists.push(d);
-        if out.len() == k {
+        if out.len() == k || !sure {
             break;
         }
         logits = forward(state, &[id])?;

@@ -46,6 +46,8 @@ pub struct Model {
     loras: Vec<lora::LoadedLora>,
     /// The adapters the calls without `_lora` apply to every token (`set_default_loras`).
     defaults: Vec<(usize, f32)>,
+    /// A draft whose proposals may round activations coarsely (`from_gguf_draft`).
+    coarse: bool,
 }
 
 /// The adapters one sequence runs with: (index from [`Model::add_lora`], scale).
@@ -71,14 +73,23 @@ impl Model {
     /// for each token it proposes. Qwen2.5-Coder-0.5B (a Q8_0 head of 151,936 x 896, Q5_0
     /// and Q6_K layers) reads 278 MB of matrices a token so instead of 392; on three code
     /// prompts the 1.5B kept 106, 102 and 85 of its drafts against 105, 102 and 86.
-    /// `as_stored`: the file's types (`from_gguf`).
+    /// Its proposals also round activations as ggml's one plane (`coarse_activations`).
+    /// `as_stored`: the file's types and the target's arithmetic (`from_gguf`), so that a
+    /// draft that is the target proposes exactly the target's tokens.
     pub fn from_gguf_draft(file: Arc<GgufFile>, as_stored: bool) -> Result<Self, ModelError> {
         if as_stored {
             return Self::from_gguf(file);
         }
         let tied = file.tensor("output.weight").is_none();
         let which = if tied { recast_tied } else { recast_untied };
-        Self::load_with(file, |l| l.recast(tinynn::quant::GgmlType::Q4_0, which))
+        let mut m = Self::load_with(file, |l| l.recast(tinynn::quant::GgmlType::Q4_0, which))?;
+        m.coarse = true;
+        Ok(m)
+    }
+
+    /// Whether its proposals as a draft round activations coarsely (see `from_gguf_draft`).
+    pub fn drafts_coarsely(&self) -> bool {
+        self.coarse
     }
 
     fn load_with(
@@ -100,6 +111,7 @@ impl Model {
             body,
             loras: Vec::new(),
             defaults: Vec::new(),
+            coarse: false,
         })
     }
 
