@@ -31,6 +31,8 @@ pub mod f16dot;
 mod fallback;
 mod group_tiles;
 pub mod norm;
+#[cfg(target_arch = "x86_64")]
+mod q8k_avx512;
 pub mod qdot;
 #[allow(clippy::needless_range_loop)]
 pub mod qdot_k;

@@ -44,6 +44,28 @@ impl Q8KAct {
         self.d.clear();
         self.qs.clear();
         self.bsums.clear();
+        #[cfg(target_arch = "x86_64")]
+        if super::q8k_avx512::available() {
+            let nb = x.len() / QK_K;
+            self.qs.resize(nb * QK_K, 0);
+            self.bsums.resize(nb * QK_K / 16, 0);
+            for (b, blk) in x.chunks_exact(QK_K).enumerate() {
+                let qs = &mut self.qs[b * QK_K..(b + 1) * QK_K];
+                let bs = &mut self.bsums[b * 16..(b + 1) * 16];
+                // SAFETY: the CPU has the instructions; the slices hold one block
+                self.d
+                    .push(unsafe { super::q8k_avx512::block(blk, qs, bs) });
+            }
+            return;
+        }
+        self.quantize_scalar(x)
+    }
+
+    /// [`Q8KAct::quantize`] in scalar code (the reference of `q8k_avx512`).
+    pub(crate) fn quantize_scalar(&mut self, x: &[f32]) {
+        self.d.clear();
+        self.qs.clear();
+        self.bsums.clear();
         for blk in x.chunks_exact(QK_K) {
             let (mut max, mut amax) = (0f32, 0f32);
             for &v in blk {
