@@ -89,18 +89,6 @@ pub struct SpecStats {
     pub rounds: usize,
 }
 
-/// The softmax probability of the largest logit. Logits more than 32 below it add under
-/// e^-32 each (under 2e-9 over 150k tokens), so only the few near the top take an `exp`: a
-/// tenth of a millisecond less a drafted token on a 152k vocabulary.
-fn top_prob(logits: &[f32]) -> f32 {
-    let m = logits.iter().copied().fold(f32::NEG_INFINITY, f32::max);
-    let sum: f32 = (logits.iter())
-        .filter(|&&l| l > m - 32.0)
-        .map(|&l| (l - m).exp())
-        .sum();
-    1.0 / sum
-}
-
 /// `generate_speculative`'s side of a verify pass.
 struct Local<'a, 'b, F: FnMut(&str)> {
     sampler: &'a mut Sampler,
@@ -254,7 +242,7 @@ pub fn model_draft(
     sampler.set_history(hist);
     let (mut out, mut dists) = (Vec::new(), Vec::new());
     while out.len() < k {
-        let sure = top_prob(&logits) >= p_min;
+        let sure = tinynn::kernels::act::max_prob(&logits) >= p_min;
         let d = sampler.distribution(&logits);
         let id = draw(&d, sampler.uniform());
         sampler.accept(id);
