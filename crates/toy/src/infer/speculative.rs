@@ -341,7 +341,7 @@ pub fn generate_speculative(
         state.cache.mark();
         let mut feed = vec![next];
         feed.extend(&draft);
-        let rows = model.forward(state, &feed, Logits::All)?.to_vec();
+        let rows = model.forward(state, &feed, Logits::All)?;
         let mut seq = Local {
             sampler: &mut sampler,
             guide: guide.as_deref_mut(),
@@ -351,7 +351,7 @@ pub fn generate_speculative(
             on_text: &mut on_text,
             max_tokens: opts.max_tokens,
         };
-        let (kept, t) = settle(&mut seq, &rows, v, &draft, q.as_deref(), &mut stats)?;
+        let (kept, t) = settle(&mut seq, rows, v, &draft, q.as_deref(), &mut stats)?;
         let Some(t) = t else {
             break 'gen;
         };
