@@ -8,10 +8,13 @@
 use crate::quant::QK_K;
 use std::arch::x86_64::*;
 
-/// Whether this CPU has the instructions.
+/// Whether this CPU has the instructions (and `TOY_FORCE_SCALAR` is unset).
 pub fn available() -> bool {
     static OK: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
-    *OK.get_or_init(|| is_x86_feature_detected!("avx512f") && is_x86_feature_detected!("avx512bw"))
+    *OK.get_or_init(|| {
+        super::dot::simd_level() == super::dot::SimdLevel::Avx512
+            && is_x86_feature_detected!("avx512bw")
+    })
 }
 
 /// One block of 256: its quants into `qs`, its 16 sums into `bsums`; returns d (0 for a
