@@ -54,6 +54,46 @@ macro_rules! by_tile_width {
 }
 pub(crate) use by_tile_width;
 
+/// [`by_tile_width`] for tiles of 1 to 12 tokens: the k-quants' VNNI kernels, which unpack
+/// each block of weights once a tile, so that a verify pass of up to 12 tokens (a draft of 8
+/// and the token before it: one tile) unpacks it once, not three times.
+macro_rules! by_wide_tile {
+    ($tn:expr, $kernel:ident $(, $c:expr)* ; $($arg:expr),* $(,)?) => {
+        match $tn {
+            12 => $kernel::<12 $(, { $c })*>($($arg),*),
+            11 => $kernel::<11 $(, { $c })*>($($arg),*),
+            10 => $kernel::<10 $(, { $c })*>($($arg),*),
+            9 => $kernel::<9 $(, { $c })*>($($arg),*),
+            8 => $kernel::<8 $(, { $c })*>($($arg),*),
+            7 => $kernel::<7 $(, { $c })*>($($arg),*),
+            6 => $kernel::<6 $(, { $c })*>($($arg),*),
+            5 => $kernel::<5 $(, { $c })*>($($arg),*),
+            4 => $kernel::<4 $(, { $c })*>($($arg),*),
+            3 => $kernel::<3 $(, { $c })*>($($arg),*),
+            2 => $kernel::<2 $(, { $c })*>($($arg),*),
+            _ => $kernel::<1 $(, { $c })*>($($arg),*),
+        }
+    };
+}
+pub(crate) use by_wide_tile;
+
+/// A tile of `tn` tokens from `t0` (up to TT) run as tiles of at most 4 by `kernel(t0, tn,
+/// res4)`, gathered into `res`: for kernels written for 4-token tiles (the AVX2 ones, with
+/// half the registers) under a wider tile.
+pub(crate) fn in_fours<const TT: usize>(
+    t0: usize,
+    tn: usize,
+    res: &mut [[f32; G]; TT],
+    mut kernel: impl FnMut(usize, usize, &mut [[f32; G]; 4]),
+) {
+    for c in (0..tn).step_by(4) {
+        let n = (tn - c).min(4);
+        let mut r4 = [[0f32; G]; 4];
+        kernel(t0 + c, n, &mut r4);
+        res[c..c + n].copy_from_slice(&r4[..n]);
+    }
+}
+
 /// Lay `src`'s 4-byte chunks into lane `lane` of consecutive 64-byte vectors from `at`: chunk
 /// c goes to bytes at + 64c + 4 lane .. + 4 (how the packers interleave 16 rows' quants).
 pub(crate) fn interleave4(data: &mut [u8], at: usize, lane: usize, src: &[u8]) {

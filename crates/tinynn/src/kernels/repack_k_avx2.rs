@@ -11,7 +11,7 @@
 //! the VNNI kernel's (`repack_k::vnni::group`), so both CPUs give the same bits.
 
 use super::qdot_k::Q8KAct;
-use super::repack_k::{group_block_bytes, KGroups, G, MINS, QH, QS, SCALES, TT};
+use super::repack_k::{group_block_bytes, KGroups, AVX2_TT as TT, G, MINS, QH, QS, SCALES};
 use crate::quant::{GgmlType, QK_K};
 use std::arch::x86_64::*;
 

@@ -100,6 +100,9 @@ fn packed_q4_k_and_q5_k_give_the_scalar_models_bits() {
         (5, 512, 2),
         (33, 2304, 7),
         (24, 768, 4),
+        (20, 512, 8),
+        (9, 256, 12),
+        (7, 256, 13),
     ];
     for ty in [GgmlType::Q4_K, GgmlType::Q5_K] {
         for (n, k, t) in cases {

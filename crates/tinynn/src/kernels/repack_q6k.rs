@@ -29,8 +29,10 @@ pub(super) const SCALES: usize = 32;
 pub(super) const QL: usize = SCALES + 16 * G;
 pub(super) const QH: usize = QL + 4 * 8 * 64;
 pub(super) const GB: usize = QH + 2 * 8 * 64;
-/// Tokens per tile.
-pub(super) const TT: usize = 4;
+/// Tokens per tile (as `repack_k`'s: 8 on the VNNI kernel, fours on the AVX2 one).
+pub(super) const TT: usize = super::repack_k::TT;
+/// Tokens per tile of the AVX2 kernel.
+pub(super) const AVX2_TT: usize = super::repack_k::AVX2_TT;
 
 /// Bytes of `rows` rows of `cols` in the layout.
 pub fn packed_bytes(rows: usize, cols: usize) -> usize {
@@ -173,14 +175,19 @@ pub(super) unsafe fn tile(
     tn: usize,
     res: &mut [[f32; G]; TT],
 ) {
-    use super::group_tiles::by_tile_width;
+    use super::group_tiles::{by_tile_width, by_wide_tile, in_fours};
     use super::repack_q6k_avx2::group as avx2;
     use vnni::group as vnni_k;
     let (data, cols) = (p.data, p.cols);
     if vnni {
-        by_tile_width!(tn, vnni_k; data, cols, g, act, t0, res)
+        by_wide_tile!(tn, vnni_k; data, cols, g, act, t0, res)
     } else {
-        by_tile_width!(tn, avx2; data, cols, g, act, t0, res)
+        in_fours(
+            t0,
+            tn,
+            res,
+            |t0, tn, r4| by_tile_width!(tn, avx2; data, cols, g, act, t0, r4),
+        )
     }
 }
 

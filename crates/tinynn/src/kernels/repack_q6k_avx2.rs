@@ -9,7 +9,7 @@
 
 use super::qdot_k::Q8KAct;
 use super::repack_k_avx2::store_halves;
-use super::repack_q6k::{G, GB, QH, QL, SCALES, TT};
+use super::repack_q6k::{AVX2_TT as TT, G, GB, QH, QL, SCALES};
 use crate::quant::QK_K;
 use std::arch::x86_64::*;
 

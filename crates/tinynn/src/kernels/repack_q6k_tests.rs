@@ -101,7 +101,7 @@ fn packed_q6_k_matrix_gives_decodes_bits_in_every_batch() {
         packed: Some(&p),
         ..w
     };
-    for t in [1, 2, 4, 5, 9] {
+    for t in [1, 2, 4, 5, 8, 9, 12, 13] {
         let x = super::super::test_data(t * k, 3 + t as u64);
         let mut act = Q8KAct::default();
         act.quantize(&x);
