@@ -29,7 +29,7 @@ pub(super) const SCALES: usize = 32;
 pub(super) const QL: usize = SCALES + 16 * G;
 pub(super) const QH: usize = QL + 4 * 8 * 64;
 pub(super) const GB: usize = QH + 2 * 8 * 64;
-/// Tokens per tile (as `repack_k`'s: 8 on the VNNI kernel, fours on the AVX2 one).
+/// Tokens per tile (as `repack_k`'s: up to 12 on the VNNI kernel, fours on the AVX2 one).
 pub(super) const TT: usize = super::repack_k::TT;
 /// Tokens per tile of the AVX2 kernel.
 pub(super) const AVX2_TT: usize = super::repack_k::AVX2_TT;
