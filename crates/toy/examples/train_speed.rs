@@ -7,9 +7,9 @@ use std::alloc::{GlobalAlloc, Layout, System};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Instant;
 use tinynn::optim::{clip_grad_norm, AdamW, AdamWConfig};
-use toy::train::{ModelConfig, TrainArch, TrainModel};
+use toy::train::{Arch, ModelConfig, TrainModel};
 
-fn config(name: &str, arch: TrainArch) -> (ModelConfig, usize) {
+fn config(name: &str, arch: Arch) -> (ModelConfig, usize) {
     let (vocab, d_model, n_head, d_ff, n_layer, ctx, batch) = match name {
         "tiny" => (627, 64, 4, 128, 2, 32, 16),
         _ => (4096, 288, 6, 768, 6, 256, 8),
@@ -28,6 +28,8 @@ fn config(name: &str, arch: TrainArch) -> (ModelConfig, usize) {
         depth_scale: false,
         tied: true,
         hybrid: None,
+        head_dim: None,
+        rope_freqs: None,
     };
     (cfg, batch)
 }
@@ -80,7 +82,7 @@ fn cpu_ns() -> u64 {
         .sum()
 }
 
-fn bench(name: &str, arch: TrainArch, steps: usize) {
+fn bench(name: &str, arch: Arch, steps: usize) {
     let (cfg, b) = config(name, arch);
     let t = cfg.ctx;
     let mut m = TrainModel::init(cfg.clone(), b, 1);
@@ -126,8 +128,8 @@ fn main() {
     let args: Vec<String> = std::env::args().skip(1).collect();
     let which = args.first().map(String::as_str).unwrap_or("all");
     let arch = match args.get(1).map(String::as_str) {
-        Some("gpt2") => TrainArch::Gpt2,
-        _ => TrainArch::Llama,
+        Some("gpt2") => Arch::Gpt2,
+        _ => Arch::Llama,
     };
     let steps: Option<usize> = args.get(2).and_then(|s| s.parse().ok());
     if which == "tiny" || which == "all" {

@@ -7,7 +7,7 @@
 mod synthetic;
 
 use std::sync::Arc;
-use synthetic::{gguf, weights, Rng, Spec, GPT2, LLAMA, QWEN2};
+use synthetic::{gguf, weights, Rng, Spec, GPT2, LLAMA, LLAMA3, QWEN2, QWEN3};
 use tinynn::quant::GgmlType;
 use toy::finetune::adapter::{LoraAdapter, LoraTensor};
 use toy::finetune::merge::merged_gguf;
@@ -34,8 +34,15 @@ fn adapter(s: &Spec, seed: u64, alpha: f32) -> LoraAdapter {
     let mut r = Rng(seed);
     let (c, q, kv, ff) = (s.c, s.n_head * s.d, s.n_kv * s.d, s.ff);
     let mut tensors = Vec::new();
-    for i in 0..s.n_layer {
-        for (name, n_in, n_out, rank) in [
+    let parts: &[(&str, usize, usize, usize)] = if s.arch == "gpt2" {
+        &[
+            ("attn_qkv", c, 3 * c, 4),
+            ("attn_output", c, c, 4),
+            ("ffn_up", c, ff, 3),
+            ("ffn_down", ff, c, 3),
+        ]
+    } else {
+        &[
             ("attn_q", c, q, 4),
             ("attn_k", c, kv, 4),
             ("attn_v", c, kv, 4),
@@ -43,7 +50,10 @@ fn adapter(s: &Spec, seed: u64, alpha: f32) -> LoraAdapter {
             ("ffn_gate", c, ff, 3),
             ("ffn_up", c, ff, 3),
             ("ffn_down", ff, c, 3),
-        ] {
+        ]
+    };
+    for i in 0..s.n_layer {
+        for &(name, n_in, n_out, rank) in parts {
             let base = format!("blk.{i}.{name}.weight");
             tensors.push(lora_tensor(&mut r, base, n_in, n_out, rank));
         }
@@ -69,6 +79,12 @@ fn max_diff(a: &[f32], b: &[f32]) -> f32 {
     a.iter().zip(b).fold(0f32, |m, (x, y)| m.max((x - y).abs()))
 }
 
+/// max_diff relative to the largest |logit| of `b` (at least 1): f32 rounding grows with
+/// the logits, and GPT-2's random ones run larger than the others'.
+fn rel_diff(a: &[f32], b: &[f32]) -> f32 {
+    max_diff(a, b) / b.iter().fold(1f32, |m, x| m.max(x.abs()))
+}
+
 /// Logits (T, V) of TOKENS prefilled with `picks` on every token.
 fn prefill(m: &Model, picks: &[(usize, f32)]) -> Vec<f32> {
     let mut s = m.new_state(16, 16);
@@ -80,7 +96,7 @@ fn prefill(m: &Model, picks: &[(usize, f32)]) -> Vec<f32> {
 
 #[test]
 fn unmerged_adapter_at_a_scale_gives_the_merged_models_logits() {
-    for s in [LLAMA, QWEN2] {
+    for s in [LLAMA, QWEN2, QWEN3, LLAMA3, GPT2] {
         let (ad, ad2) = (adapter(&s, 11, 8.0), adapter(&s, 12, 0.0));
         let mut m = Model::from_gguf(base_file(&s)).expect("base");
         assert_eq!(m.add_lora(&ad).expect("adapter fits"), 0);
@@ -89,14 +105,14 @@ fn unmerged_adapter_at_a_scale_gives_the_merged_models_logits() {
         for scale in [1.0, 0.4] {
             let want = prefill(&merged(&s, &[(&ad, scale)]), &[]);
             let got = prefill(&m, &[(0, scale)]);
-            let d = max_diff(&got, &want);
-            assert!(d < 1e-3, "{} scale {scale}: max |diff| {d}", s.arch);
+            let d = rel_diff(&got, &want);
+            assert!(d < 5e-4, "{} scale {scale}: relative |diff| {d}", s.arch);
             assert!(max_diff(&got, &plain) > 1e-2, "the adapter matters");
         }
         // two adapters on one sequence add up, as merging both does
         let want = prefill(&merged(&s, &[(&ad, 0.7), (&ad2, 1.3)]), &[]);
         let got = prefill(&m, &[(0, 0.7), (1, 1.3)]);
-        assert!(max_diff(&got, &want) < 1e-3, "{}: two adapters", s.arch);
+        assert!(rel_diff(&got, &want) < 5e-4, "{}: two adapters", s.arch);
         // scale 0 is the base, bit for bit
         assert_eq!(prefill(&m, &[(0, 0.0)]), plain);
     }
@@ -121,7 +137,13 @@ fn decode_alone(m: &Model, picks: &[(usize, f32)]) -> Vec<Vec<f32>> {
 
 #[test]
 fn a_batch_mixing_adapters_gives_each_sequence_its_logits_alone() {
-    let s = LLAMA;
+    // GPT-2 too: its sequences share the batched pass like the others'
+    for s in [LLAMA, GPT2] {
+        batch_mixing_adapters(s);
+    }
+}
+
+fn batch_mixing_adapters(s: Spec) {
     let (ad, ad2) = (adapter(&s, 21, 8.0), adapter(&s, 22, 4.0));
     let mut m = Model::from_gguf(base_file(&s)).expect("base");
     m.add_lora(&ad).expect("fits");
@@ -131,7 +153,8 @@ fn a_batch_mixing_adapters_gives_each_sequence_its_logits_alone() {
     // and the adapted decode is the merged model's decode
     let want = decode_alone(&merged(&s, &[(&ad, 1.0)]), &[]);
     for (a, b) in alone[0].iter().zip(&want) {
-        assert!(max_diff(a, b) < 1e-3, "decode vs merged");
+        let d = rel_diff(a, b);
+        assert!(d < 5e-4, "{}: decode vs merged by {d}", s.arch);
     }
 
     let mut scratch = m.new_state(16, 16);
@@ -198,14 +221,4 @@ fn adapters_that_cannot_run_unmerged_are_refused_by_name() {
         matches!(e, ModelError::LoraTarget(ref n) if n == "output.weight"),
         "{e}"
     );
-
-    let mut gpt2 = Model::from_gguf(base_file(&GPT2)).expect("gpt2");
-    let e = gpt2
-        .add_lora(&LoraAdapter {
-            arch: "gpt2".into(),
-            alpha: 1.0,
-            tensors: Vec::new(),
-        })
-        .expect_err("gpt2");
-    assert!(matches!(e, ModelError::LoraArch(_)), "{e}");
 }

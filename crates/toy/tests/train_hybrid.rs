@@ -13,7 +13,7 @@ use toy::train::checkpoint::{self, load_state};
 use toy::train::recipe::Recipe;
 use toy::train::run::RunDir;
 use toy::train::trainer::{train, Hooks};
-use toy::train::{MixerKind, TrainArch, TrainModel};
+use toy::train::{Arch, MixerKind, TrainModel};
 use train_common::*;
 
 use MixerKind::{Attn, Gdn};
@@ -32,7 +32,7 @@ fn set(list: &[&str]) -> Vec<String> {
 fn shipped_hybrid_recipes_are_three_gdn_to_one_attention() {
     let tiny = Recipe::load(&recipe_path("hybrid-tiny.toml"), &[]).expect("hybrid-tiny");
     let c = tiny.model_config();
-    assert_eq!(c.arch, TrainArch::Qwen35);
+    assert_eq!(c.arch, Arch::Qwen35);
     assert_eq!(
         (c.vocab, c.d_model, c.ctx, tiny.train.batch),
         (627, 64, 32, 16)

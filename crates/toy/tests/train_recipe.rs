@@ -3,7 +3,7 @@
 
 use std::path::PathBuf;
 use toy::train::recipe::Recipe;
-use toy::train::TrainArch;
+use toy::train::Arch;
 
 fn recipe_path(name: &str) -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))
@@ -46,7 +46,7 @@ fn shipped_recipes_have_the_issue_shapes() {
         (4096, 288, 6, 768, 6, 256, 8)
     );
     for r in [&tiny, &small] {
-        assert_eq!(r.model.arch, TrainArch::Llama);
+        assert_eq!(r.model.arch, Arch::Llama);
         // The resolved form written to a run folder parses back to the same recipe.
         let again = Recipe::parse(&r.to_toml(), "resolved", &[]).expect("resolved parses");
         assert_eq!(&again, r);
@@ -68,7 +68,7 @@ fn overrides_set_nested_values_of_any_type() {
         ]),
     )
     .expect("overrides apply");
-    assert_eq!(r.model.arch, TrainArch::Gpt2);
+    assert_eq!(r.model.arch, Arch::Gpt2);
     assert_eq!(r.optim.lr, 1e-3);
     assert_eq!(r.optim.min_lr, 0.0);
     assert_eq!(r.train.steps, 7);

@@ -189,9 +189,9 @@ mod tests {
 
     #[test]
     fn a_repacked_batch_trains_as_its_padded_rows() {
-        use crate::train::{ModelConfig, TrainArch, TrainModel};
+        use crate::train::{Arch, ModelConfig, TrainModel};
         let cfg = ModelConfig {
-            arch: TrainArch::Llama,
+            arch: Arch::Llama,
             vocab: 29,
             d_model: 16,
             n_head: 4,
@@ -204,6 +204,8 @@ mod tests {
             depth_scale: false,
             tied: true,
             hybrid: None,
+            head_dim: None,
+            rope_freqs: None,
         };
         let (b, t) = (6, 12);
         let lens = [12usize, 3, 7, 0, 9, 5];

@@ -6,8 +6,10 @@ use super::ModelError;
 use crate::gguf::GgufFile;
 use tinynn::layers::gdn::GdnShape;
 
-/// The families this build can run.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+/// The families this build runs and trains: one enum for inference, training, recipes and
+/// checkpoints (serialized by its GGUF name).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "lowercase")]
 pub enum Arch {
     /// Llama, SmolLM2: RMSNorm, RoPE (normal), GQA, SwiGLU.
     Llama,
@@ -39,6 +41,27 @@ impl Arch {
                 })
             }
         })
+    }
+
+    /// Whether RoPE turns halves (x[i], x[i + R/2]) rather than adjacent pairs.
+    pub fn rope_neox(self) -> bool {
+        matches!(self, Arch::Qwen2 | Arch::Qwen3 | Arch::Qwen35)
+    }
+
+    /// Whether attention's q, k and v products carry biases (Qwen2; GPT-2's fused qkv has
+    /// its own, with every other product's).
+    pub fn qkv_bias(self) -> bool {
+        self == Arch::Qwen2
+    }
+
+    /// Whether each query and key head is RMS-normalised before RoPE (Qwen3, Qwen3.5).
+    pub fn qk_norm(self) -> bool {
+        matches!(self, Arch::Qwen3 | Arch::Qwen35)
+    }
+
+    /// LayerNorm with biases, learned positions, GELU (GPT-2); else RMSNorm, RoPE, SwiGLU.
+    pub fn is_gpt2(self) -> bool {
+        self == Arch::Gpt2
     }
 
     pub fn name(self) -> &'static str {
@@ -177,7 +200,7 @@ impl Config {
             rope_dim,
             // Qwen3.5's interleaved M-RoPE turns every section by the same text position:
             // neox rotation over the first rope_dim dims
-            rope_neox: matches!(arch, Arch::Qwen2 | Arch::Qwen3 | Arch::Qwen35),
+            rope_neox: arch.rope_neox(),
             kinds,
             gdn,
         })

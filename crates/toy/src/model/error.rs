@@ -44,10 +44,8 @@ pub enum ModelError {
     },
     #[error("lora adapter: {0}")]
     Adapter(crate::finetune::adapter::AdapterError),
-    #[error("lora adapter targets '{0}': only blk.N.{{attn_q,attn_k,attn_v,attn_output,ffn_gate,ffn_up,ffn_down}}.weight run unmerged (merge it with `toy merge` instead)")]
+    #[error("lora adapter targets '{0}': only block matrices blk.N.{{attn_q,attn_k,attn_v,attn_qkv,attn_output,attn_gate,ssm_beta,ssm_alpha,ssm_out,ffn_gate,ffn_up,ffn_down}}.weight run unmerged (merge it with `toy merge` instead)")]
     LoraTarget(String),
-    #[error("lora adapters run unmerged on the llama family only, not on '{0}' (merge it with `toy merge` instead)")]
-    LoraArch(String),
     #[error("speculative decoding: {0}")]
     Speculative(String),
     #[error(transparent)]

@@ -1,13 +1,16 @@
 //! GPT-2 (Radford et al. 2019) forward pass, as llama.cpp's `llm_build_gpt2`: learned
 //! position embeddings, pre-LayerNorm blocks with a fused qkv projection, GELU MLP, all
-//! linear layers with bias. Letters: T tokens, C width, H heads, D head size, F MLP width.
+//! linear layers with bias. Like the other families it runs the spans of a batch in one
+//! pass: the products over all rows, attention per span (`parts::attend_spans`, without
+//! RoPE), each row with its own adapters. Letters: T tokens in the batch, C width, H heads,
+//! D head size, F MLP width.
 
+use super::lora::{RowLoras, Target};
+use super::parts::attend_spans;
 use super::tap::tap;
 use super::weights::{embedding_and_head, load_f32, Linear, Loader, Weight};
 use super::{Config, ModelError, Span, State};
-use crate::infer::kv_cache::{f16_attention, round_queries};
 use tinynn::kernels::act::gelu;
-use tinynn::kernels::attention::{causal_attention, AttnShape};
 use tinynn::kernels::norm::layernorm;
 
 /// A LayerNorm's weight and bias (C).
@@ -52,44 +55,46 @@ impl Block {
         })
     }
 
-    fn forward(&self, file: &[u8], cfg: &Config, s: &mut State, l: usize, sp: &mut Span) {
-        let (c, ff, pos0, t) = (cfg.d_model, cfg.d_ff, sp.pos0, sp.len);
+    fn forward(
+        &self,
+        file: &[u8],
+        cfg: &Config,
+        s: &mut State,
+        l: usize,
+        spans: &mut [Span],
+        lora: &RowLoras,
+    ) {
+        let t: usize = spans.iter().map(|sp| sp.len).sum();
+        let (c, ff) = (cfg.d_model, cfg.d_ff);
         let (x, h) = (&mut s.x[..t * c], &mut s.h[..t * c]);
         self.attn_norm.forward(x, cfg.norm_eps, h);
         tap(&mut s.taps, l, "attn_norm", h, c);
         // (T, C) -> (T, 3C), split into q, k, v (T, C) each
         let qkv = &mut s.qkv[..t * 3 * c];
         self.attn_qkv.forward(file, h, t, qkv);
+        lora.apply(l, Target::Qkv, h, qkv);
         for i in 0..t {
             let row = &qkv[i * 3 * c..(i + 1) * 3 * c];
             s.q[i * c..(i + 1) * c].copy_from_slice(&row[..c]);
             s.k[i * c..(i + 1) * c].copy_from_slice(&row[c..2 * c]);
             s.v[i * c..(i + 1) * c].copy_from_slice(&row[2 * c..]);
         }
-        sp.cache.store(l, pos0, &s.k[..t * c], &s.v[..t * c]);
-        if f16_attention(t) {
-            round_queries(&mut s.q[..t * c]);
-        }
-        let shape = AttnShape {
-            n_head: cfg.n_head,
-            n_kv_head: cfg.n_kv_head,
-            head_dim: cfg.head_dim,
-            ctx: sp.cache.ctx,
-            f16_accumulate: f16_attention(t),
-        };
+        let (q, k, v) = (&mut s.q[..t * c], &mut s.k[..t * c], &s.v[..t * c]);
         let att = &mut s.att[..t * c];
-        let (kc, vc) = sp.cache.kv(l);
-        causal_attention(&s.q[..t * c], kc, vc, shape, pos0, att);
+        attend_spans(cfg, None, l, q, k, v, spans, att);
         let proj = &mut s.proj[..t * c];
         self.attn_output.forward(file, att, t, proj);
+        lora.apply(l, Target::Output, att, proj);
         tap(&mut s.taps, l, "attn_out", proj, c);
         x.iter_mut().zip(proj.iter()).for_each(|(a, b)| *a += b);
 
         self.ffn_norm.forward(x, cfg.norm_eps, h);
         let a = &mut s.ff_a[..t * ff];
         self.ffn_up.forward(file, h, t, a);
+        lora.apply(l, Target::Up, h, a);
         gelu(a);
         self.ffn_down.forward(file, a, t, proj);
+        lora.apply(l, Target::Down, a, proj);
         tap(&mut s.taps, l, "ffn_out", proj, c);
         x.iter_mut().zip(proj.iter()).for_each(|(a, b)| *a += b);
         tap(&mut s.taps, l, "resid", x, c);
@@ -118,27 +123,29 @@ impl Gpt2 {
         })
     }
 
-    /// tokens (T) at positions pos0.. -> s.x (T, C).
+    /// tokens (T), laid out as `spans` say, each span at its positions -> s.x (T, C).
     pub fn forward_hidden(
         &self,
         file: &[u8],
         cfg: &Config,
         s: &mut State,
         tokens: &[u32],
-        sp: &mut Span,
+        spans: &mut [Span],
+        lora: &RowLoras,
     ) {
-        let (c, pos0) = (cfg.d_model, sp.pos0);
+        let c = cfg.d_model;
         let (wte, wpe) = (self.token_embd.qmat(file), self.position_embd.qmat(file));
-        for (i, &id) in tokens.iter().enumerate() {
+        let positions = spans.iter().flat_map(|sp| sp.pos0..sp.pos0 + sp.len);
+        for ((i, &id), pos) in tokens.iter().enumerate().zip(positions) {
             wte.dequantize_row(id as usize, &mut s.x[i * c..(i + 1) * c]);
-            wpe.dequantize_row(pos0 + i, &mut s.h[..c]);
+            wpe.dequantize_row(pos, &mut s.h[..c]);
             s.x[i * c..(i + 1) * c]
                 .iter_mut()
                 .zip(&s.h[..c])
                 .for_each(|(a, b)| *a += b);
         }
         for (l, b) in self.blocks.iter().enumerate() {
-            b.forward(file, cfg, s, l, sp);
+            b.forward(file, cfg, s, l, spans, lora);
         }
     }
 

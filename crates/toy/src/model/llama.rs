@@ -82,7 +82,7 @@ impl Block {
             rmsnorm_inplace(k, w, cfg.norm_eps);
         }
         let att = &mut s.att[..t * qd];
-        attend_spans(cfg, rope, l, q, k, v, spans, att);
+        attend_spans(cfg, Some(rope), l, q, k, v, spans, att);
         // (T, H*D) -> (T, C), added to the residual
         let proj = &mut s.proj[..t * c];
         self.attn_output.forward(file, att, t, proj);

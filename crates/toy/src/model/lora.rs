@@ -4,15 +4,16 @@
 //! alpha / r and `S` the request's scale. The product is tinynn's `Lora::forward`, the one
 //! the trainer runs. Which adapters a row uses is per row, so sequences with different
 //! adapters (or none) share one batched pass over the base weights; rows with no adapter
-//! cost nothing. Only the Llama family's seven block matrices can be adapted this way.
+//! cost nothing. Every block matrix of every family can be adapted this way: the Llama
+//! family's seven, GPT-2's fused attn_qkv, and Qwen3.5's Gated DeltaNet products.
 //! Letters: T rows in the batch, K = n_in, N = n_out, r the rank.
 
-use super::{Arch, Config, ModelError};
+use super::{Config, ModelError};
 use crate::finetune::adapter::LoraAdapter;
 use crate::gguf::GgufFile;
 use tinynn::layers::lora::Lora;
 
-/// The matrices of a Llama block an adapter may target, as GGUF names them.
+/// The block matrices an adapter may target, as GGUF names them.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Target {
     Q,
@@ -22,9 +23,18 @@ pub enum Target {
     Gate,
     Up,
     Down,
+    /// GPT-2's fused q|k|v, or a GDN layer's q|k|v input to its convolution.
+    Qkv,
+    /// A GDN layer's output gate z, beta and alpha (decay) products, and its output.
+    SsmGate,
+    SsmBeta,
+    SsmAlpha,
+    SsmOut,
 }
 
-const TARGETS: [(&str, Target); 7] = [
+const N_TARGETS: usize = 12;
+
+const TARGETS: [(&str, Target); N_TARGETS] = [
     ("attn_q", Target::Q),
     ("attn_k", Target::K),
     ("attn_v", Target::V),
@@ -32,6 +42,11 @@ const TARGETS: [(&str, Target); 7] = [
     ("ffn_gate", Target::Gate),
     ("ffn_up", Target::Up),
     ("ffn_down", Target::Down),
+    ("attn_qkv", Target::Qkv),
+    ("attn_gate", Target::SsmGate),
+    ("ssm_beta", Target::SsmBeta),
+    ("ssm_alpha", Target::SsmAlpha),
+    ("ssm_out", Target::SsmOut),
 ];
 
 /// `blk.{i}.{target}.weight` -> (i, target).
@@ -51,7 +66,7 @@ struct Mat {
 
 /// An adapter laid out per layer and target for the forward pass.
 pub struct LoadedLora {
-    layers: Vec<[Option<Mat>; 7]>,
+    layers: Vec<[Option<Mat>; N_TARGETS]>,
 }
 
 /// Whether `adapter` can run unmerged on the model in `file`, without loading the model:
@@ -64,11 +79,8 @@ impl LoadedLora {
     /// `adapter` checked against the base `file` (architecture, names, shapes) and against
     /// what the unmerged path can apply.
     pub fn new(adapter: &LoraAdapter, file: &GgufFile, cfg: &Config) -> Result<Self, ModelError> {
-        if matches!(cfg.arch, Arch::Gpt2 | Arch::Qwen35) {
-            return Err(ModelError::LoraArch(cfg.arch.name().to_string()));
-        }
         adapter.check_base(file).map_err(ModelError::Adapter)?;
-        let mut layers: Vec<[Option<Mat>; 7]> =
+        let mut layers: Vec<[Option<Mat>; N_TARGETS]> =
             (0..cfg.n_layer).map(|_| Default::default()).collect();
         for t in &adapter.tensors {
             let (i, target) = parse_target(&t.base)
@@ -173,7 +185,11 @@ mod tests {
             Some((12, Target::Down))
         );
         assert_eq!(parse_target("output.weight"), None);
-        assert_eq!(parse_target("blk.0.attn_qkv.weight"), None);
+        assert_eq!(
+            parse_target("blk.0.attn_qkv.weight"),
+            Some((0, Target::Qkv))
+        );
+        assert_eq!(parse_target("blk.0.ssm_conv1d.weight"), None);
         assert_eq!(parse_target("blk.x.attn_q.weight"), None);
     }
 }

@@ -204,8 +204,8 @@ impl Model {
         Ok(())
     }
 
-    /// Run the blocks on `tokens` laid out as `spans` say, into scratch.x; only the Llama
-    /// family takes adapters (`add_lora` refuses the others).
+    /// Run the blocks on `tokens` laid out as `spans` say, into scratch.x, each row with its
+    /// adapters of `lora`.
     fn hidden_spans(
         &self,
         scratch: &mut State,
@@ -216,16 +216,8 @@ impl Model {
         let file = self.file.bytes();
         match &self.body {
             Body::Llama(m) => m.forward_hidden(file, &self.cfg, scratch, tokens, spans, lora),
-            Body::Qwen35(m) => m.forward_hidden(file, &self.cfg, scratch, tokens, spans),
-            Body::Gpt2(m) => {
-                // GPT-2 runs one sequence at a time.
-                let mut done = 0;
-                for sp in spans.iter_mut() {
-                    let toks = &tokens[done..done + sp.len];
-                    m.forward_hidden(file, &self.cfg, scratch, toks, sp);
-                    done += sp.len;
-                }
-            }
+            Body::Qwen35(m) => m.forward_hidden(file, &self.cfg, scratch, tokens, spans, lora),
+            Body::Gpt2(m) => m.forward_hidden(file, &self.cfg, scratch, tokens, spans, lora),
         }
     }
 

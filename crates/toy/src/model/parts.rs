@@ -59,12 +59,13 @@ impl Mlp {
     }
 }
 
-/// Causal attention of layer `l` for every span: q (T, H*D), k and v (T, Hkv*D) in, RoPE on
-/// q and k at each span's positions, k and v stored in the span's cache, out (T, H*D).
+/// Causal attention of layer `l` for every span: q (T, H*D), k and v (T, Hkv*D) in, RoPE (if
+/// the family has it; GPT-2 learns positions instead) on q and k at each span's positions, k
+/// and v stored in the span's cache, out (T, H*D).
 #[allow(clippy::too_many_arguments)]
 pub fn attend_spans(
     cfg: &Config,
-    rope: &Rope,
+    rope: Option<&Rope>,
     l: usize,
     q: &mut [f32],
     k: &mut [f32],
@@ -78,9 +79,11 @@ pub fn attend_spans(
         let (n, pos0) = (sp.len, sp.pos0);
         let rows = |w: usize| r0 * w..(r0 + n) * w;
         let (q, k, v) = (&mut q[rows(qd)], &mut k[rows(kvd)], &v[rows(kvd)]);
-        for i in 0..n {
-            rope.apply(&mut q[i * qd..(i + 1) * qd], d, pos0 + i);
-            rope.apply(&mut k[i * kvd..(i + 1) * kvd], d, pos0 + i);
+        if let Some(rope) = rope {
+            for i in 0..n {
+                rope.apply(&mut q[i * qd..(i + 1) * qd], d, pos0 + i);
+                rope.apply(&mut k[i * kvd..(i + 1) * kvd], d, pos0 + i);
+            }
         }
         sp.cache.store(l, pos0, k, v);
         if f16_attention(n) {

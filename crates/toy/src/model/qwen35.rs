@@ -9,6 +9,7 @@
 //! in `tinynn::layers::gdn`, shared with training. Letters: T tokens in the batch, C width,
 //! H / Hkv heads, D head size, W = 2 Hk Dk + Hv Dv, V vocabulary.
 
+use super::lora::{RowLoras, Target};
 use super::parts::{attend_spans, embed_rows, final_rmsnorm, Mlp};
 use super::tap::tap;
 use super::weights::{embedding_and_head, load_f32, Linear, Loader, Weight};
@@ -88,6 +89,7 @@ impl GatedAttention {
     }
 
     /// h (T, C) -> s.proj (T, C).
+    #[allow(clippy::too_many_arguments)]
     fn forward(
         &self,
         file: &[u8],
@@ -96,6 +98,7 @@ impl GatedAttention {
         s: &mut State,
         l: usize,
         spans: &mut [Span],
+        lora: &RowLoras,
     ) {
         let t: usize = spans.iter().map(|sp| sp.len).sum();
         let (c, qd, kvd, d) = (cfg.d_model, cfg.q_dim(), cfg.kv_dim(), cfg.head_dim);
@@ -113,6 +116,9 @@ impl GatedAttention {
             t,
             &mut [&mut *qg, &mut *k, &mut *v],
         );
+        lora.apply(l, Target::Q, h, qg);
+        lora.apply(l, Target::K, h, k);
+        lora.apply(l, Target::V, h, v);
         // split per head: q to s.q, the gate packed into the front of qg (T, H*D)
         let q = &mut s.q[..t * qd];
         for r in 0..t * cfg.n_head {
@@ -122,12 +128,14 @@ impl GatedAttention {
         rmsnorm_inplace(q, &self.attn_q_norm, cfg.norm_eps);
         rmsnorm_inplace(k, &self.attn_k_norm, cfg.norm_eps);
         let att = &mut s.att[..t * qd];
-        attend_spans(cfg, rope, l, q, k, v, spans, att);
+        attend_spans(cfg, Some(rope), l, q, k, v, spans, att);
         for (a, g) in att.iter_mut().zip(&qg[..t * qd]) {
             *a *= 1.0 / (1.0 + (-g).exp());
         }
         // (T, H*D) -> (T, C)
-        self.attn_output.forward(file, att, t, &mut s.proj[..t * c]);
+        let proj = &mut s.proj[..t * c];
+        self.attn_output.forward(file, att, t, proj);
+        lora.apply(l, Target::Output, att, proj);
     }
 }
 
@@ -149,7 +157,16 @@ impl GdnMixer {
     }
 
     /// h (T, C) -> s.proj (T, C), each span continuing its cache's recurrent state.
-    fn forward(&self, file: &[u8], cfg: &Config, s: &mut State, l: usize, spans: &mut [Span]) {
+    #[allow(clippy::too_many_arguments)]
+    fn forward(
+        &self,
+        file: &[u8],
+        cfg: &Config,
+        s: &mut State,
+        l: usize,
+        spans: &mut [Span],
+        lora: &RowLoras,
+    ) {
         let t: usize = spans.iter().map(|sp| sp.len).sum();
         let Some(sh) = cfg.gdn else {
             return;
@@ -170,6 +187,11 @@ impl GdnMixer {
             t,
             &mut [&mut *qkv, &mut *z, &mut *b, &mut *a],
         );
+        let h = &s.h[..t * c];
+        lora.apply(l, Target::Qkv, h, qkv);
+        lora.apply(l, Target::SsmGate, h, z);
+        lora.apply(l, Target::SsmBeta, h, b);
+        lora.apply(l, Target::SsmAlpha, h, a);
         let p = GdnParams {
             conv_w: &self.conv_w,
             dt_bias: &self.dt_bias,
@@ -195,7 +217,9 @@ impl GdnMixer {
             r0 += sp.len;
         }
         // (T, Hv*Dv) -> (T, C)
-        self.ssm_out.forward(file, out, t, &mut s.proj[..t * c]);
+        let proj = &mut s.proj[..t * c];
+        self.ssm_out.forward(file, out, t, proj);
+        lora.apply(l, Target::SsmOut, out, proj);
     }
 }
 
@@ -215,6 +239,7 @@ impl Block {
         })
     }
 
+    #[allow(clippy::too_many_arguments)]
     fn forward(
         &self,
         file: &[u8],
@@ -223,6 +248,7 @@ impl Block {
         s: &mut State,
         l: usize,
         spans: &mut [Span],
+        lora: &RowLoras,
     ) {
         let t: usize = spans.iter().map(|sp| sp.len).sum();
         let (c, ff) = (cfg.d_model, cfg.d_ff);
@@ -234,9 +260,9 @@ impl Block {
         );
         tap(&mut s.taps, l, "attn_norm", &s.h[..t * c], c);
         match &self.mixer {
-            Mixer::Attention(m) => m.forward(file, cfg, rope, s, l, spans),
+            Mixer::Attention(m) => m.forward(file, cfg, rope, s, l, spans, lora),
             Mixer::Gdn(m) => {
-                m.forward(file, cfg, s, l, spans);
+                m.forward(file, cfg, s, l, spans, lora);
                 if s.taps.is_some() {
                     // one row per sequence of the batch
                     let norms: Vec<f32> = spans
@@ -253,8 +279,7 @@ impl Block {
         x.iter_mut().zip(proj.iter()).for_each(|(a, b)| *a += b);
         rmsnorm(x, &self.post_attention_norm, cfg.norm_eps, h);
         let (a, b) = (&mut s.ff_a[..t * ff], &mut s.ff_b[..t * ff]);
-        let none = super::lora::RowLoras::none();
-        self.mlp.forward(file, h, t, a, b, proj, &none, l);
+        self.mlp.forward(file, h, t, a, b, proj, lora, l);
         tap(&mut s.taps, l, "ffn_out", proj, c);
         x.iter_mut().zip(proj.iter()).for_each(|(a, b)| *a += b);
         tap(&mut s.taps, l, "resid", x, c);
@@ -302,10 +327,11 @@ impl Qwen35 {
         s: &mut State,
         tokens: &[u32],
         spans: &mut [Span],
+        lora: &RowLoras,
     ) {
         embed_rows(file, &self.token_embd, cfg.d_model, tokens, &mut s.x);
         for (l, b) in self.blocks.iter().enumerate() {
-            b.forward(file, cfg, &self.rope, s, l, spans);
+            b.forward(file, cfg, &self.rope, s, l, spans, lora);
         }
     }
 

@@ -8,7 +8,7 @@
 
 use super::lin::{FrozenMat, Lin, LoraPart, Part};
 use super::params::{Layout, LoraRanges, LLAMA_PARTS};
-use super::{HybridConfig, MixerKind, ModelConfig, TrainArch, TrainError};
+use super::{HybridConfig, MixerKind, ModelConfig, TrainError};
 use crate::gguf::GgufFile;
 use crate::model::{Arch, Config, LayerKind};
 use std::sync::Arc;
@@ -25,29 +25,29 @@ fn bad(m: String) -> TrainError {
 pub fn config_from_gguf(file: &GgufFile, ctx: usize) -> Result<ModelConfig, TrainError> {
     let c = Config::from_gguf(file).map_err(|e| bad(e.to_string()))?;
     let hybrid = match c.arch {
-        Arch::Llama => {
-            if c.rope_dim != c.head_dim || c.head_dim * c.n_head != c.d_model {
-                return Err(bad(format!(
-                    "head size {} x {} heads with RoPE on {} dims: the trainer needs d_model = heads x head size and RoPE on all of it",
-                    c.head_dim, c.n_head, c.rope_dim
-                )));
-            }
-            None
-        }
         Arch::Qwen35 => Some(hybrid_config(&c)?),
-        other => {
+        _ if c.rope_dim != c.head_dim && !c.arch.is_gpt2() => {
             return Err(bad(format!(
-                "fine-tuning takes llama-family and qwen35 bases; this one is {}",
-                other.name()
+                "RoPE on {} of {} dims of each head: the trainer turns whole heads outside hybrids",
+                c.rope_dim, c.head_dim
             )))
         }
+        _ => None,
     };
+    // GPT-2 learns its positions: the table bounds the context
+    if c.arch.is_gpt2() && ctx > c.ctx_train {
+        return Err(bad(format!(
+            "a gpt2 base has {} learned positions; ctx {ctx} is longer",
+            c.ctx_train
+        )));
+    }
+    let rope_freqs = match file.tensor("rope_freqs.weight") {
+        None => None,
+        Some(_) => Some(dequantized(file, "rope_freqs.weight", c.rope_dim / 2)?),
+    };
+    let own_head_dim = hybrid.is_none() && c.head_dim * c.n_head != c.d_model;
     Ok(ModelConfig {
-        arch: if hybrid.is_some() {
-            TrainArch::Qwen35
-        } else {
-            TrainArch::Llama
-        },
+        arch: c.arch,
         vocab: c.vocab,
         d_model: c.d_model,
         n_head: c.n_head,
@@ -58,9 +58,27 @@ pub fn config_from_gguf(file: &GgufFile, ctx: usize) -> Result<ModelConfig, Trai
         norm_eps: c.norm_eps,
         rope_base: c.rope_base,
         depth_scale: false,
-        tied: file.tensor("output.weight").is_none(),
+        tied: c.arch.is_gpt2() || file.tensor("output.weight").is_none(),
         hybrid,
+        head_dim: own_head_dim.then_some(c.head_dim),
+        rope_freqs,
     })
+}
+
+/// Tensor `name` of `file` as `len` f32 values, checked.
+fn dequantized(file: &GgufFile, name: &str, len: usize) -> Result<Vec<f32>, TrainError> {
+    let t = file
+        .tensor(name)
+        .ok_or_else(|| bad(format!("the base has no tensor {name}")))?;
+    let n: u64 = t.dims.iter().product();
+    if n != len as u64 {
+        return Err(bad(format!("{name}: {n} values, expected {len}")));
+    }
+    let q =
+        QMat::new(t.ty, 1, len, file.tensor_data(t)).map_err(|e| bad(format!("{name}: {e}")))?;
+    let mut out = vec![0f32; len];
+    q.dequantize_row(0, &mut out);
+    Ok(out)
 }
 
 /// The trainer's hybrid shape of an inference config of a qwen35 file.

@@ -1,13 +1,17 @@
-//! One transformer block, forward and backward, for both families (pre-norm, as llama.cpp's
-//! `llm_build_llama` / `llm_build_gpt2` and nanoGPT's `Block`):
-//!   xm  = x  + attn_output(attention(rope(qkv(norm(x) * s))))
+//! One transformer block, forward and backward, for every non-hybrid family (pre-norm, as
+//! llama.cpp's `llm_build_llama` / `llm_build_qwen2` / `llm_build_qwen3` / `llm_build_gpt2`
+//! and nanoGPT's `Block`):
+//!   xm  = x  + attn_output(attention(rope(qk_norm(qkv(norm(x) * s)))))
 //!   out = xm + ffn_down(act(ffn_up(norm(xm) * s)))
-//! with s the depth scale. llama: RMSNorm, RoPE, GQA, SwiGLU, no biases; gpt2: LayerNorm,
-//! no RoPE, GELU, biases. Letters: N = B*T rows, C width, S qkv width, F MLP width.
+//! with s the depth scale. llama: RMSNorm, RoPE, GQA, SwiGLU, no biases; qwen2: llama with
+//! q/k/v biases and neox RoPE; qwen3: llama with per-head q/k RMSNorm and neox RoPE; gpt2:
+//! LayerNorm, no RoPE, GELU, biases. Which of these a family has is `Arch`'s to say, once.
+//! Letters: N = B*T rows, C width, S qkv width, F MLP width, H / Hkv heads, D head size.
 
 use super::lin::{grad2, Lin};
 use super::params::BlockRanges;
-use super::{ModelConfig, TrainArch};
+use super::qk_norm::{QkActs, QkNorm};
+use super::{Arch, ModelConfig};
 use std::ops::Range;
 use tinynn::layers::act::{gelu_backward, gelu_forward, swiglu_backward, swiglu_forward};
 use tinynn::layers::attention::Attention;
@@ -26,11 +30,9 @@ pub(crate) enum Norm {
 
 impl Norm {
     pub fn new(cfg: &ModelConfig) -> Self {
-        match cfg.arch {
-            TrainArch::Llama | TrainArch::Qwen35 => {
-                Norm::Rms(RmsNorm::new(cfg.d_model, cfg.norm_eps))
-            }
-            TrainArch::Gpt2 => Norm::Layer(LayerNorm::new(cfg.d_model, cfg.norm_eps)),
+        match cfg.arch.is_gpt2() {
+            false => Norm::Rms(RmsNorm::new(cfg.d_model, cfg.norm_eps)),
+            true => Norm::Layer(LayerNorm::new(cfg.d_model, cfg.norm_eps)),
         }
     }
 
@@ -90,6 +92,9 @@ pub(crate) struct BlockActs {
     pub rstd2: Vec<f32>,
     /// q, k, v after RoPE (N, S).
     pub qkv: Vec<f32>,
+    /// Per-head q/k norm (else empty): q (N H, D) and k (N Hkv, D) before it, their rstds,
+    /// and room for one of them normalised.
+    pub qk: QkActs,
     /// Attention output (N, H*D) and its log-sum-exp per query row (B, H, T).
     pub att: Vec<f32>,
     pub lse: Vec<f32>,
@@ -114,6 +119,8 @@ pub(crate) struct Scratch {
     pub datt: Vec<f32>,
     pub dff: Vec<f32>,
     pub dact: Vec<f32>,
+    /// The q/k norm's backward (empty without it).
+    pub dqk: Vec<f32>,
 }
 
 fn opt<'a>(p: &'a [f32], r: &Option<Range<usize>>) -> Option<&'a [f32]> {
@@ -122,13 +129,17 @@ fn opt<'a>(p: &'a [f32], r: &Option<Range<usize>>) -> Option<&'a [f32]> {
 
 pub(crate) struct Block {
     pub r: BlockRanges,
-    arch: TrainArch,
+    arch: Arch,
     c: usize,
     f: usize,
     /// Depth scale of the normalised inputs (1 without depth scaling).
     scale: f32,
     norm: Norm,
     attn: Attention,
+    /// The per-head q/k RMSNorm, for families that have it.
+    qk_norm: Option<QkNorm>,
+    /// RoPE on q and k (all but gpt2, whose positions are learned).
+    rope: bool,
     qkv: Lin,
     attn_output: Lin,
     ffn_up: Lin,
@@ -139,11 +150,8 @@ impl Block {
     pub fn new(cfg: &ModelConfig, l: usize, r: BlockRanges) -> Self {
         let (c, f, d) = (cfg.d_model, cfg.d_ff, cfg.head_dim());
         let attn = Attention::new(cfg.n_head, cfg.n_kv_head, d);
-        let up = if cfg.arch == TrainArch::Llama {
-            2 * f
-        } else {
-            f
-        };
+        let qk_norm = r.q_norm.is_some();
+        let up = if cfg.arch.is_gpt2() { f } else { 2 * f };
         Self {
             r,
             arch: cfg.arch,
@@ -156,6 +164,12 @@ impl Block {
             },
             norm: Norm::new(cfg),
             attn,
+            qk_norm: qk_norm.then(|| QkNorm {
+                norm: RmsNorm::new(d, cfg.norm_eps),
+                h: cfg.n_head,
+                hkv: cfg.n_kv_head,
+            }),
+            rope: !cfg.arch.is_gpt2(),
             qkv: Lin::Dense(Linear::new(c, attn.qkv_width())),
             attn_output: Lin::Dense(Linear::new(cfg.n_head * d, c)),
             ffn_up: Lin::Dense(Linear::new(c, up)),
@@ -180,6 +194,10 @@ impl Block {
             mean2: z(n),
             rstd2: z(n),
             qkv: z(n * self.qkv.n_out()),
+            qk: self
+                .qk_norm
+                .as_ref()
+                .map_or_else(QkActs::default, |q| q.acts(n)),
             att: z(n * self.attn_output.n_in()),
             lse: z(b * self.attn.n_head * t),
             xm: z(n * self.c),
@@ -200,6 +218,7 @@ impl Block {
             datt: z(n * self.attn_output.n_in()),
             dff: z(n * self.ffn_up.n_out()),
             dact: z(n * self.f),
+            dqk: z(self.qk_norm.as_ref().map_or(0, |q| q.scratch_len(n))),
         }
     }
 
@@ -236,7 +255,10 @@ impl Block {
             false,
             a.drop.map(|d| d.part(0)),
         );
-        if self.arch == TrainArch::Llama {
+        if let (Some(qk), Some(wq), Some(wk)) = (&self.qk_norm, &r.q_norm, &r.k_norm) {
+            qk.forward(p, (wq, wk), &mut a.qkv, &mut a.qk, n);
+        }
+        if self.rope {
             rope.forward(
                 &mut a.qkv,
                 self.qkv.n_out(),
@@ -283,9 +305,9 @@ impl Block {
             false,
             a.drop.map(|d| d.part(2)),
         );
-        match self.arch {
-            TrainArch::Llama | TrainArch::Qwen35 => swiglu_forward(&a.ff, &mut a.act, n, f),
-            TrainArch::Gpt2 => gelu_forward(&a.ff[..n * f], &mut a.act[..n * f]),
+        match self.arch.is_gpt2() {
+            false => swiglu_forward(&a.ff, &mut a.act, n, f),
+            true => gelu_forward(&a.ff[..n * f], &mut a.act[..n * f]),
         }
         out[..n * c].copy_from_slice(&a.xm[..n * c]);
         self.ffn_down.forward(
@@ -328,11 +350,9 @@ impl Block {
             n,
             a.drop.map(|d| d.part(3)),
         );
-        match self.arch {
-            TrainArch::Llama | TrainArch::Qwen35 => {
-                swiglu_backward(&s.dact, &a.ff, &mut s.dff, n, f)
-            }
-            TrainArch::Gpt2 => gelu_backward(&s.dact[..n * f], &a.ff[..n * f], &mut s.dff[..n * f]),
+        match self.arch.is_gpt2() {
+            false => swiglu_backward(&s.dact, &a.ff, &mut s.dff, n, f),
+            true => gelu_backward(&s.dact[..n * f], &a.ff[..n * f], &mut s.dff[..n * f]),
         }
         self.ffn_up.backward(
             p,
@@ -376,7 +396,7 @@ impl Block {
         );
         self.attn
             .backward_packed(&s.datt, &a.qkv, &a.att, &a.lse, &mut s.dqkv, b, t, rope.pos);
-        if self.arch == TrainArch::Llama {
+        if self.rope {
             rope.backward(
                 &mut s.dqkv,
                 self.qkv.n_out(),
@@ -384,6 +404,9 @@ impl Block {
                 t,
                 n,
             );
+        }
+        if let (Some(qk), Some(wq), Some(wk)) = (&self.qk_norm, &r.q_norm, &r.k_norm) {
+            qk.backward(p, g, (wq, wk), &mut s.dqkv, &a.qk, &mut s.dqk, n);
         }
         self.qkv.backward(
             p,

@@ -4,33 +4,12 @@ use serde::{Deserialize, Serialize};
 
 pub use super::hybrid_config::{HybridConfig, MixerKind};
 
-/// The model families training supports.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum TrainArch {
-    /// RMSNorm, RoPE (ggml normal mode), GQA, SwiGLU, no biases.
-    Llama,
-    /// LayerNorm, learned positions, fused qkv, GELU, biases everywhere, tied head.
-    Gpt2,
-    /// Qwen3.5's hybrid: per layer a Gated DeltaNet or a gated softmax attention (q/k
-    /// RMSNorm, partial neox RoPE), SwiGLU MLP, RMSNorm, no biases (llama.cpp `qwen35`).
-    Qwen35,
-}
-
-impl TrainArch {
-    /// The `general.architecture` value llama.cpp knows it by.
-    pub fn name(self) -> &'static str {
-        match self {
-            TrainArch::Llama => "llama",
-            TrainArch::Gpt2 => "gpt2",
-            TrainArch::Qwen35 => "qwen35",
-        }
-    }
-}
+/// The families: one enum for inference and training (`model::Arch`).
+pub use crate::model::Arch;
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct ModelConfig {
-    pub arch: TrainArch,
+    pub arch: Arch,
     pub vocab: usize,
     pub d_model: usize,
     pub n_head: usize,
@@ -47,6 +26,14 @@ pub struct ModelConfig {
     /// qwen35 only: the layer kinds and the mixers' shapes.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub hybrid: Option<HybridConfig>,
+    /// Head size D where it is not d_model / n_head (a GGUF's `attention.key_length`, as in
+    /// Qwen3); a hybrid's is its own.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub head_dim: Option<usize>,
+    /// llama3 RoPE scaling: a divisor per rotated pair (the GGUF's `rope_freqs.weight`),
+    /// fixed, not trained.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rope_freqs: Option<Vec<f32>>,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -67,15 +54,16 @@ pub(crate) const MAX_DIM: usize = 1 << 20;
 impl ModelConfig {
     /// Head size D (a hybrid's own, else d_model / n_head).
     pub fn head_dim(&self) -> usize {
-        match &self.hybrid {
-            Some(h) => h.head_dim,
-            None => self.d_model / self.n_head.max(1),
+        match (&self.hybrid, self.head_dim) {
+            (Some(h), _) => h.head_dim,
+            (None, Some(d)) => d,
+            (None, None) => self.d_model / self.n_head.max(1),
         }
     }
 
     /// Whether the output head is the token embedding.
     pub fn is_tied(&self) -> bool {
-        self.tied || self.arch == TrainArch::Gpt2
+        self.tied || self.arch == Arch::Gpt2
     }
 
     /// Checks the shape is one the layers can run; says what is wrong otherwise.
@@ -95,8 +83,8 @@ impl ModelConfig {
             }
         }
         match (&self.hybrid, self.arch) {
-            (Some(h), TrainArch::Qwen35) => h.validate(self.n_layer)?,
-            (None, TrainArch::Qwen35) => {
+            (Some(h), Arch::Qwen35) => h.validate(self.n_layer)?,
+            (None, Arch::Qwen35) => {
                 return bad("qwen35 needs the layer kinds and mixer shapes".into())
             }
             (Some(_), arch) => {
@@ -104,7 +92,29 @@ impl ModelConfig {
             }
             (None, _) => {}
         }
-        if self.hybrid.is_none() && !self.d_model.is_multiple_of(self.n_head) {
+        if let Some(d) = self.head_dim {
+            if d == 0 || d > MAX_DIM || self.hybrid.is_some() {
+                return bad(format!(
+                    "head_dim {d}: expected 1..={MAX_DIM}, and none beside a hybrid's own"
+                ));
+            }
+        }
+        if let Some(f) = &self.rope_freqs {
+            let half = self.head_dim() / 2;
+            if f.len() != half
+                || self.arch.is_gpt2()
+                || f.iter().any(|v| !(*v > 0.0 && v.is_finite()))
+            {
+                return bad(format!(
+                    "rope_freqs: {} divisors, expected {half} positive ones (one per rotated pair) on a RoPE family",
+                    f.len()
+                ));
+            }
+        }
+        if self.hybrid.is_none()
+            && self.head_dim.is_none()
+            && !self.d_model.is_multiple_of(self.n_head)
+        {
             return bad(format!(
                 "n_head {} does not divide d_model {}",
                 self.n_head, self.d_model
@@ -124,10 +134,10 @@ impl ModelConfig {
             ));
         }
         match self.arch {
-            TrainArch::Llama | TrainArch::Qwen35 if !d.is_multiple_of(2) => {
+            arch if !arch.is_gpt2() && !d.is_multiple_of(2) => {
                 bad(format!("head size {d} must be even for RoPE"))
             }
-            TrainArch::Gpt2 if self.n_kv_head != self.n_head => bad(format!(
+            Arch::Gpt2 if self.n_kv_head != self.n_head => bad(format!(
                 "gpt2 has one kv head per head (fused attn_qkv): n_kv_head {} != n_head {}",
                 self.n_kv_head, self.n_head
             )),

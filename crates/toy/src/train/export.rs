@@ -17,7 +17,7 @@ use std::path::Path;
 
 use tinynn::quant::GgmlType;
 
-use super::{HybridConfig, MixerKind, ModelConfig, TrainArch, TrainModel};
+use super::{Arch, HybridConfig, MixerKind, ModelConfig, TrainModel};
 use crate::gguf::{GgufError, GgufWriter, Value, ValueType};
 use crate::tokenizer::TokenizerSpec;
 
@@ -66,20 +66,24 @@ pub fn to_gguf(
     w.add_metadata(k("feed_forward_length"), u32v(cfg.d_ff));
     w.add_metadata(k("attention.head_count"), u32v(cfg.n_head));
     match cfg.arch {
-        TrainArch::Llama => {
+        Arch::Llama | Arch::Qwen2 | Arch::Qwen3 => {
             w.add_metadata(k("attention.head_count_kv"), u32v(cfg.n_kv_head));
             w.add_metadata(
                 k("attention.layer_norm_rms_epsilon"),
                 Value::F32(cfg.norm_eps),
             );
             w.add_metadata(k("rope.freq_base"), Value::F32(cfg.rope_base));
-            w.add_metadata(k("rope.dimension_count"), u32v(cfg.d_model / cfg.n_head));
+            w.add_metadata(k("rope.dimension_count"), u32v(cfg.head_dim()));
+            if cfg.head_dim.is_some() {
+                w.add_metadata(k("attention.key_length"), u32v(cfg.head_dim()));
+                w.add_metadata(k("attention.value_length"), u32v(cfg.head_dim()));
+            }
             w.add_metadata(k("vocab_size"), u32v(cfg.vocab));
         }
-        TrainArch::Gpt2 => {
+        Arch::Gpt2 => {
             w.add_metadata(k("attention.layer_norm_epsilon"), Value::F32(cfg.norm_eps));
         }
-        TrainArch::Qwen35 => {
+        Arch::Qwen35 => {
             w.add_metadata(k("attention.head_count_kv"), u32v(cfg.n_kv_head));
             w.add_metadata(
                 k("attention.layer_norm_rms_epsilon"),
@@ -98,7 +102,7 @@ pub fn to_gguf(
     for p in model.params_info() {
         let f = depth_factor(cfg, &p.name);
         // a hybrid trains A_log under the name of the ssm_a = -exp(A_log) the GGUF stores
-        let a_log = cfg.arch == TrainArch::Qwen35 && p.name.ends_with(".ssm_a");
+        let a_log = cfg.arch == Arch::Qwen35 && p.name.ends_with(".ssm_a");
         let mut bytes = Vec::with_capacity(4 * p.range.len());
         for &x in &model.params[p.range.clone()] {
             let x = match (a_log, f == 1.0) {
@@ -109,6 +113,16 @@ pub fn to_gguf(
             bytes.extend_from_slice(&x.to_le_bytes());
         }
         w.add_tensor(p.name.clone(), p.dims.clone(), GgmlType::F32, bytes)?;
+    }
+    // llama3 RoPE scaling: fixed divisors, written back as the base had them
+    if let Some(f) = &cfg.rope_freqs {
+        let bytes: Vec<u8> = f.iter().flat_map(|x| x.to_le_bytes()).collect();
+        w.add_tensor(
+            "rope_freqs.weight",
+            vec![f.len() as u64],
+            GgmlType::F32,
+            bytes,
+        )?;
     }
     Ok(w)
 }

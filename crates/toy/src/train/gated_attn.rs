@@ -3,8 +3,8 @@
 //! and a sigmoid output gate interleaved per head ([q (D) | gate (D)] for each head), k and
 //! v; q and k are RMS-normalised per head, RoPE turns the first R dims of each head in neox
 //! pairs (i, i + R/2), causal attention, times sigmoid(gate), then `attn_output` added into
-//! the residual stream. The neox rotation is tinynn's rope (adjacent pairs, head size R) on
-//! the rotated dims gathered into adjacent order: the same angles, one definition.
+//! the residual stream. The neox rotation of the first R dims is tinynn's rope, built so
+//! by the network (`RopeSpec`), the same one the other families' blocks call.
 //! Letters: B sequences, T positions, N = B*T rows, C width, H / Hkv heads, D head size,
 //! R rotated dims, S = (H + 2 Hkv) D, P = 2 H D + 2 Hkv D.
 
@@ -44,8 +44,6 @@ pub(crate) struct AttnActs {
     /// (N, H D) the gate's logits, and att * sigmoid(gate) (attn_output's input).
     gate: Vec<f32>,
     y: Vec<f32>,
-    /// (N, (H + Hkv) R) the rotated dims in adjacent-pair order.
-    rot: Vec<f32>,
     /// The LoRA intermediates of the projection and the output (empty without adapters).
     u: [Vec<f32>; 2],
 }
@@ -60,50 +58,10 @@ pub(crate) struct AttnScratch {
     dq: Vec<f32>,
     dk: Vec<f32>,
     dproj: Vec<f32>,
-    rot: Vec<f32>,
 }
 
 fn sigmoid(x: f32) -> f32 {
     1.0 / (1.0 + (-x).exp())
-}
-
-/// Turns the first R dims of the first `heads` heads (of D) of each row of x (N, S) as neox
-/// pairs (i, i + R/2), by tinynn's adjacent-pair rope on a gathered copy `buf`.
-#[allow(clippy::too_many_arguments)]
-fn rope_neox(
-    rope: RopeAt,
-    x: &mut [f32],
-    s: usize,
-    heads: usize,
-    d: usize,
-    buf: &mut [f32],
-    t: usize,
-    n: usize,
-    inverse: bool,
-) {
-    let (r, half) = (rope.rope.head_dim, rope.rope.head_dim / 2);
-    let buf = &mut buf[..n * heads * r];
-    for (row, b) in x.chunks_exact(s).zip(buf.chunks_exact_mut(heads * r)) {
-        for (hd, bh) in row.chunks_exact(d).zip(b.chunks_exact_mut(r)) {
-            for i in 0..half {
-                bh[2 * i] = hd[i];
-                bh[2 * i + 1] = hd[i + half];
-            }
-        }
-    }
-    if inverse {
-        rope.backward(buf, heads * r, heads, t, n);
-    } else {
-        rope.forward(buf, heads * r, heads, t, n);
-    }
-    for (row, b) in x.chunks_exact_mut(s).zip(buf.chunks_exact(heads * r)) {
-        for (hd, bh) in row[..heads * d].chunks_exact_mut(d).zip(b.chunks_exact(r)) {
-            for i in 0..half {
-                hd[i] = bh[2 * i];
-                hd[i + half] = bh[2 * i + 1];
-            }
-        }
-    }
 }
 
 impl GatedAttn {
@@ -125,7 +83,7 @@ impl GatedAttn {
         (self.proj, self.output) = (proj, output);
     }
 
-    pub fn acts(&self, b: usize, t: usize, rope_dim: usize) -> AttnActs {
+    pub fn acts(&self, b: usize, t: usize) -> AttnActs {
         let n = b * t;
         let (q, kv) = (self.h * self.d, self.hkv * self.d);
         let z = |k: usize| vec![0f32; k];
@@ -142,12 +100,11 @@ impl GatedAttn {
             lse: z(b * self.h * t),
             gate: z(n * q),
             y: z(n * q),
-            rot: z(n * (self.h + self.hkv) * rope_dim),
             u: [&self.proj, &self.output].map(|l| z(n * l.u_width())),
         }
     }
 
-    pub fn scratch(&self, n: usize, rope_dim: usize) -> AttnScratch {
+    pub fn scratch(&self, n: usize) -> AttnScratch {
         let (q, kv) = (self.h * self.d, self.hkv * self.d);
         let z = |k: usize| vec![0f32; k];
         AttnScratch {
@@ -158,7 +115,6 @@ impl GatedAttn {
             dq: z(n * q),
             dk: z(n * kv),
             dproj: z(n * self.proj.n_out()),
-            rot: z(n * (self.h + self.hkv) * rope_dim),
         }
     }
 
@@ -211,7 +167,7 @@ impl GatedAttn {
             row[q + kv..].copy_from_slice(&a.proj[i * pw + 2 * q + kv..(i + 1) * pw]);
         }
         let heads = self.h + self.hkv;
-        rope_neox(rope, &mut a.qkv, s, heads, d, &mut a.rot, t, n, false);
+        rope.forward(&mut a.qkv, s, heads, t, n);
         // (N, S) -> (N, H D)
         self.attn
             .forward_packed(&a.qkv, &mut a.att, &mut a.lse, b, t, rope.pos);
@@ -266,7 +222,7 @@ impl GatedAttn {
         self.attn
             .backward_packed(&s.dy, &a.qkv, &a.att, &a.lse, &mut s.dqkv, b, t, rope.pos);
         let heads = self.h + self.hkv;
-        rope_neox(rope, &mut s.dqkv, sw, heads, d, &mut s.rot, t, n, true);
+        rope.backward(&mut s.dqkv, sw, heads, t, n);
         for i in 0..n {
             let row = &s.dqkv[i * sw..(i + 1) * sw];
             s.dqn[i * q..(i + 1) * q].copy_from_slice(&row[..q]);

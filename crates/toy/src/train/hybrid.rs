@@ -59,7 +59,6 @@ pub(crate) struct HybridBlock {
     c: usize,
     f: usize,
     ctx: usize,
-    rope_dim: usize,
     /// Depth scale of the normalised inputs (1 without depth scaling).
     scale: f32,
     norm: RmsNorm,
@@ -91,7 +90,6 @@ impl HybridBlock {
             c,
             f,
             ctx: cfg.ctx,
-            rope_dim: h.rope_dim,
             scale: if cfg.depth_scale {
                 tinynn::layers::depth_scale(l)
             } else {
@@ -128,7 +126,7 @@ impl HybridBlock {
             rstd1: z(n),
             mixer: match &self.mixer {
                 Mixer::Gdn(m) => MixerActs::Gdn(m.acts(b)),
-                Mixer::Attn(m) => MixerActs::Attn(m.acts(b, self.ctx, self.rope_dim)),
+                Mixer::Attn(m) => MixerActs::Attn(m.acts(b, self.ctx)),
             },
             xm: z(n * self.c),
             h2: z(n * self.c),
@@ -157,7 +155,7 @@ impl HybridBlock {
                 Mixer::Attn(_) => None,
             }),
             attn: first(false).and_then(|b| match &b.mixer {
-                Mixer::Attn(m) => Some(m.scratch(n, b.rope_dim)),
+                Mixer::Attn(m) => Some(m.scratch(n)),
                 Mixer::Gdn(_) => None,
             }),
         }

@@ -6,7 +6,7 @@
 
 use super::config::MAX_DIM;
 use super::recipe::ModelSection;
-use super::{TrainArch, TrainError};
+use super::{Arch, TrainError};
 use serde::{Deserialize, Serialize};
 use tinynn::layers::gdn::GdnShape;
 
@@ -126,7 +126,7 @@ impl HybridConfig {
             ("gdn_value_dim", m.gdn_value_dim.is_some()),
             ("conv_kernel", m.conv_kernel.is_some()),
         ];
-        if m.arch != TrainArch::Qwen35 {
+        if m.arch != Arch::Qwen35 {
             return match given.iter().find(|(_, set)| *set) {
                 Some((k, _)) => Err(format!(
                     "model.{k} is for arch = \"qwen35\", not {:?}",

@@ -142,7 +142,8 @@ impl Lin {
         }
     }
 
-    /// `y (N, M) (+)= x W^T (+ b)`, plus the adapters' `s (x A^T) B^T`; u keeps x A^T.
+    /// `y (N, M) (+)= x W^T (+ b)`, plus the adapters' `s (x A^T) B^T`; u keeps x A^T. A
+    /// frozen layer's bias stays frozen (its backward gives it no gradient).
     /// With `drop`, adapter j sees `drop.part(j)` applied to x (peft's `lora_dropout`).
     #[allow(clippy::too_many_arguments)]
     pub fn forward(
@@ -199,6 +200,13 @@ impl Lin {
                 uoff += n * r;
             }
             off += mp;
+        }
+        // a frozen bias (qwen2's q/k/v) from params, after the products
+        if let Some(b) = b {
+            let bias = &p[b.clone()];
+            for row in y[..n * m].chunks_exact_mut(m) {
+                row.iter_mut().zip(bias).for_each(|(y, b)| *y += b);
+            }
         }
     }
 

@@ -17,6 +17,7 @@ mod model;
 pub(crate) use model::add_and_clear;
 mod params;
 mod pca;
+mod qk_norm;
 mod shard;
 mod stack;
 
@@ -37,7 +38,7 @@ pub mod trainer;
 pub mod warm_start;
 
 pub use base::config_from_gguf as base_config;
-pub use config::{HybridConfig, MixerKind, ModelConfig, TrainArch, TrainError};
+pub use config::{Arch, HybridConfig, MixerKind, ModelConfig, TrainError};
 pub use hybrid_lora::QWEN35_LINEAR;
 pub use model::{LoraSpec, TrainModel};
 pub use params::ParamInfo;

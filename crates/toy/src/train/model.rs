@@ -7,7 +7,7 @@
 
 use super::params::{Layout, LoraRanges, ParamInfo};
 use super::shard::{Net, Shard, Targets};
-use super::{ModelConfig, TrainArch, TrainError};
+use super::{Arch, ModelConfig, TrainError};
 use crate::gguf::GgufFile;
 use std::ops::Range;
 use std::sync::Arc;
@@ -365,7 +365,7 @@ impl TrainModel {
     /// Llama family, whose positions are rotary; not GPT-2's learned positions nor the
     /// hybrids' recurrent state, which would run across a sample's end.
     pub fn check_packing(&self) -> Result<(), TrainError> {
-        if self.cfg.arch == TrainArch::Llama && self.cfg.hybrid.is_none() {
+        if !self.cfg.arch.is_gpt2() && self.cfg.hybrid.is_none() {
             Ok(())
         } else {
             Err(TrainError::Batch(format!(
@@ -452,7 +452,7 @@ impl TrainModel {
     }
 
     /// The model family.
-    pub fn arch(&self) -> TrainArch {
+    pub fn arch(&self) -> Arch {
         self.cfg.arch
     }
 }

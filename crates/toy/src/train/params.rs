@@ -7,7 +7,7 @@
 //! ffn_gate, ffn_up (2F, C).
 
 use super::hybrid_params::HybridRanges;
-use super::{ModelConfig, TrainArch};
+use super::ModelConfig;
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use std::ops::Range;
@@ -38,7 +38,8 @@ pub(super) enum Init {
     Zeros,
 }
 
-/// The ranges one block's layers read. Biases and LayerNorm biases only for gpt2.
+/// The ranges one block's layers read. Biases and LayerNorm biases for gpt2; q/k/v biases
+/// (`qkv_b`) for qwen2; the per-head q/k norms for qwen3.
 #[derive(Clone, Debug)]
 pub(crate) struct BlockRanges {
     pub attn_norm: Range<usize>,
@@ -46,6 +47,8 @@ pub(crate) struct BlockRanges {
     /// Fused q, k, v: ((H + 2 Hkv) D, C).
     pub qkv: Range<usize>,
     pub qkv_b: Option<Range<usize>>,
+    pub q_norm: Option<Range<usize>>,
+    pub k_norm: Option<Range<usize>>,
     pub attn_output: Range<usize>,
     pub attn_output_b: Option<Range<usize>>,
     pub ffn_norm: Range<usize>,
@@ -146,7 +149,7 @@ impl Layout {
         let (q, kv) = (cfg.n_head as u64 * d, cfg.n_kv_head as u64 * d);
         let std = Init::Normal(0.02);
         let resid = Init::Normal(0.02 / (2.0 * l as f32).sqrt());
-        let gpt2 = cfg.arch == TrainArch::Gpt2;
+        let gpt2 = cfg.arch.is_gpt2();
         let mut lay = Layout {
             infos: Vec::new(),
             inits: Vec::new(),
@@ -188,8 +191,9 @@ impl Layout {
                 let wq = lay.push(n("attn_q.weight"), vec![c, q], true, std);
                 lay.push(n("attn_k.weight"), vec![c, kv], true, std);
                 let wv = lay.push(n("attn_v.weight"), vec![c, kv], true, std);
-                (wq.start..wv.end, None)
+                (wq.start..wv.end, lay.push_qkv_bias(cfg, i))
             };
+            let (q_norm, k_norm) = lay.push_qk_norm(cfg, i);
             let attn_output = lay.push(n("attn_output.weight"), vec![q, c], true, resid);
             let attn_output_b = bias(&mut lay, "attn_output.bias", c);
             let ffn_norm = lay.push(n("ffn_norm.weight"), vec![c], false, Init::Ones);
@@ -209,6 +213,8 @@ impl Layout {
                 attn_norm_b,
                 qkv,
                 qkv_b,
+                q_norm,
+                k_norm,
                 attn_output,
                 attn_output_b,
                 ffn_norm,
@@ -232,6 +238,37 @@ impl Layout {
         lay
     }
 
+    /// Qwen2's attn_q, attn_k, attn_v biases of block i, side by side (one range, as the
+    /// product that adds them reads it); None for other families (gpt2's are its own).
+    fn push_qkv_bias(&mut self, cfg: &ModelConfig, i: usize) -> Option<Range<usize>> {
+        if !cfg.arch.qkv_bias() {
+            return None;
+        }
+        let d = cfg.head_dim() as u64;
+        let (q, kv) = (cfg.n_head as u64 * d, cfg.n_kv_head as u64 * d);
+        let n = |s: &str| format!("blk.{i}.{s}");
+        let bq = self.push(n("attn_q.bias"), vec![q], false, Init::Zeros);
+        self.push(n("attn_k.bias"), vec![kv], false, Init::Zeros);
+        let bv = self.push(n("attn_v.bias"), vec![kv], false, Init::Zeros);
+        Some(bq.start..bv.end)
+    }
+
+    /// Qwen3's per-head q and k RMSNorm weights (D each) of block i; None for others.
+    fn push_qk_norm(
+        &mut self,
+        cfg: &ModelConfig,
+        i: usize,
+    ) -> (Option<Range<usize>>, Option<Range<usize>>) {
+        if !cfg.arch.qk_norm() {
+            return (None, None);
+        }
+        let d = vec![cfg.head_dim() as u64];
+        let n = |s: &str| format!("blk.{i}.{s}");
+        let q = self.push(n("attn_q_norm.weight"), d.clone(), false, Init::Ones);
+        let k = self.push(n("attn_k_norm.weight"), d, false, Init::Ones);
+        (Some(q), Some(k))
+    }
+
     /// A LoRA run's layout: the norms (f32, kept frozen by the trainer), then for each block
     /// and each target part its adapter: `<name>.weight.lora_a` (dims [K, r], Kaiming-uniform
     /// as peft: U(-1/sqrt(K), 1/sqrt(K))) and `.lora_b` (dims [r, M], zeros), so the first
@@ -250,6 +287,9 @@ impl Layout {
             let mut r = br.clone();
             r.attn_norm = lay.push(n("attn_norm.weight"), c.to_vec(), false, Init::Ones);
             r.ffn_norm = lay.push(n("ffn_norm.weight"), c.to_vec(), false, Init::Ones);
+            // frozen too: qwen2's q/k/v biases, qwen3's q/k norms
+            r.qkv_b = lay.push_qkv_bias(cfg, l);
+            (r.q_norm, r.k_norm) = lay.push_qk_norm(cfg, l);
             (r.qkv, r.attn_output, r.ffn_up, r.ffn_down) = (0..0, 0..0, 0..0, 0..0);
             lay.blocks.push(r);
             let mut adapters = Vec::new();

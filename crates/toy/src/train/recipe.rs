@@ -7,7 +7,7 @@ use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 
-use super::{HybridConfig, ModelConfig, TrainArch};
+use super::{Arch, HybridConfig, ModelConfig};
 
 #[derive(Debug, thiserror::Error)]
 pub enum RecipeError {
@@ -30,7 +30,7 @@ pub enum RecipeError {
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct ModelSection {
-    pub arch: TrainArch,
+    pub arch: Arch,
     pub vocab: usize,
     pub d_model: usize,
     pub n_head: usize,
@@ -231,9 +231,11 @@ impl Recipe {
             rope_base: m.rope_base,
             depth_scale: m.depth_scale,
             // GPT-2 always ties its head to the embedding.
-            tied: m.tied || m.arch == TrainArch::Gpt2,
+            tied: m.tied || m.arch == Arch::Gpt2,
             // checked by `validate` when the recipe was parsed
             hybrid: HybridConfig::from_section(m).ok().flatten(),
+            head_dim: None,
+            rope_freqs: None,
         }
     }
 
@@ -271,7 +273,7 @@ impl Recipe {
                 m.n_head
             ));
         }
-        if m.arch == TrainArch::Gpt2 && kv != m.n_head {
+        if m.arch == Arch::Gpt2 && kv != m.n_head {
             return bad("gpt2 has no grouped-query attention: n_kv_head must equal n_head".into());
         }
         if !(0.0..1.0).contains(&self.data.val_fraction) {

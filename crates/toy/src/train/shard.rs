@@ -12,7 +12,7 @@ use super::ModelConfig;
 use tinynn::layers::cross_entropy::{cross_entropy, cross_entropy_soft, IGNORE};
 use tinynn::layers::embedding::Embedding;
 use tinynn::layers::linear::Linear;
-use tinynn::layers::rope::Rope;
+use tinynn::layers::rope::{Rope, RopeSpec};
 
 /// Everything about the network that does not change during training, except the weights.
 /// What the head's loss compares its logits with: a token per row (or IGNORE), or a
@@ -42,14 +42,20 @@ impl Net {
     pub fn new(cfg: &ModelConfig) -> Self {
         let layout = Layout::new(cfg);
         // a hybrid turns only the first rope_dim dims of each head
-        let rope_dim = cfg.hybrid.as_ref().map_or(cfg.head_dim(), |h| h.rope_dim);
+        let rope = RopeSpec {
+            head_dim: cfg.head_dim(),
+            n_rot: cfg.hybrid.as_ref().map_or(cfg.head_dim(), |h| h.rope_dim),
+            neox: cfg.arch.rope_neox(),
+            base: cfg.rope_base,
+            freq_factors: cfg.rope_freqs.clone(),
+        };
         Self {
             stack: Stack::new(cfg, &layout),
             layout,
             final_norm: Norm::new(cfg),
             embedding: Embedding::new(cfg.vocab, cfg.d_model),
             head: Linear::new(cfg.d_model, cfg.vocab),
-            rope: Rope::new(rope_dim, cfg.ctx, cfg.rope_base),
+            rope: Rope::with(&rope, cfg.ctx),
             c: cfg.d_model,
             v: cfg.vocab,
             frozen_embd: None,

@@ -1,19 +1,19 @@
 //! Whole-model tests: finite-difference gradients, every tensor receives a gradient, loss at
 //! init, a falling loss, bit-for-bit determinism.
 
-use super::{ModelConfig, TrainArch, TrainModel};
+use super::{Arch, ModelConfig, TrainModel};
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use tinynn::layers::cross_entropy::IGNORE;
 use tinynn::optim::{AdamW, AdamWConfig};
 
-pub(super) fn cfg(arch: TrainArch, depth_scale: bool, tied: bool) -> ModelConfig {
+pub(super) fn cfg(arch: Arch, depth_scale: bool, tied: bool) -> ModelConfig {
     ModelConfig {
         arch,
         vocab: 13,
         d_model: 16,
         n_head: 4,
-        n_kv_head: if arch == TrainArch::Llama { 2 } else { 4 },
+        n_kv_head: if arch.is_gpt2() { 4 } else { 2 },
         d_ff: 24,
         n_layer: 2,
         ctx: 6,
@@ -22,6 +22,8 @@ pub(super) fn cfg(arch: TrainArch, depth_scale: bool, tied: bool) -> ModelConfig
         depth_scale,
         tied,
         hybrid: None,
+        head_dim: None,
+        rope_freqs: None,
     }
 }
 
@@ -45,12 +47,24 @@ pub(super) fn rough_params(m: &TrainModel, seed: u64) -> Vec<f32> {
     p
 }
 
+/// The RoPE families beside plain llama, small: qwen2 (q/k/v biases, neox RoPE), qwen3
+/// (per-head q/k norm, neox RoPE, a head size of its own: 4 heads of 6 against C = 16) and
+/// llama3 (`rope_freqs` divisors on the 2 pairs of a head of 4).
+pub(super) fn families() -> Vec<ModelConfig> {
+    let q2 = cfg(Arch::Qwen2, false, true);
+    let mut q3 = cfg(Arch::Qwen3, true, false);
+    q3.head_dim = Some(6);
+    let mut l3 = cfg(Arch::Llama, false, false);
+    l3.rope_freqs = Some(vec![1.0, 6.0]);
+    vec![q2, q3, l3]
+}
+
 fn variants() -> Vec<ModelConfig> {
     let mut v = Vec::new();
     for ds in [false, true] {
-        v.push(cfg(TrainArch::Llama, ds, true));
-        v.push(cfg(TrainArch::Llama, ds, false));
-        v.push(cfg(TrainArch::Gpt2, ds, true));
+        v.push(cfg(Arch::Llama, ds, true));
+        v.push(cfg(Arch::Llama, ds, false));
+        v.push(cfg(Arch::Gpt2, ds, true));
     }
     v
 }
@@ -59,17 +73,21 @@ fn variants() -> Vec<ModelConfig> {
 fn whole_model_gradients_match_finite_differences() {
     // batch 2 runs two shards of one sequence; batch 3 fits b = 2 in one shard
     let mut cases: Vec<(ModelConfig, usize)> = variants().into_iter().map(|c| (c, 2)).collect();
-    cases.push((cfg(TrainArch::Llama, true, false), 3));
-    cases.push((cfg(TrainArch::Gpt2, false, true), 3));
+    cases.push((cfg(Arch::Llama, true, false), 3));
+    cases.push((cfg(Arch::Gpt2, false, true), 3));
     for (c, batch) in cases {
         let what = format!("{:?} ds={} tied={}", c.arch, c.depth_scale, c.tied);
         check_sampled_gradients(&c, batch, 5, 1e-2, false, &what);
     }
+    for c in families() {
+        let what = format!(
+            "{:?} head_dim={:?} freqs={:?}",
+            c.arch, c.head_dim, c.rope_freqs
+        );
+        check_sampled_gradients(&c, 2, 5, 1e-2, false, &what);
+    }
     // targets with gaps: the head runs on the rows with a target only
-    for c in [
-        cfg(TrainArch::Llama, false, true),
-        cfg(TrainArch::Gpt2, false, false),
-    ] {
+    for c in [cfg(Arch::Llama, false, true), cfg(Arch::Gpt2, false, false)] {
         let what = format!("{:?} tied={} masked", c.arch, c.tied);
         check_sampled_gradients(&c, 2, 5, 1e-2, true, &what);
     }
@@ -130,7 +148,7 @@ pub(super) fn check_sampled_gradients(
 
 #[test]
 fn every_parameter_tensor_receives_a_gradient() {
-    for c in variants() {
+    for c in variants().into_iter().chain(families()) {
         assert_every_tensor_gets_a_gradient(&c);
     }
 }
@@ -161,7 +179,7 @@ pub(super) fn assert_every_tensor_gets_a_gradient(c: &ModelConfig) {
     }
 }
 
-fn tiny(arch: TrainArch) -> ModelConfig {
+fn tiny(arch: Arch) -> ModelConfig {
     ModelConfig {
         arch,
         vocab: 627,
@@ -176,12 +194,14 @@ fn tiny(arch: TrainArch) -> ModelConfig {
         depth_scale: false,
         tied: true,
         hybrid: None,
+        head_dim: None,
+        rope_freqs: None,
     }
 }
 
 #[test]
 fn loss_at_init_is_ln_vocab_and_falls_under_adamw() {
-    for arch in [TrainArch::Llama, TrainArch::Gpt2] {
+    for arch in [Arch::Llama, Arch::Gpt2] {
         let c = tiny(arch);
         let mut m = TrainModel::init(c.clone(), 4, 11);
         let (b, t) = (4, 32);
@@ -234,7 +254,7 @@ fn run_steps(c: &ModelConfig, steps: usize) -> (Vec<f32>, Vec<f32>) {
 
 #[test]
 fn training_is_bit_for_bit_deterministic() {
-    for arch in [TrainArch::Llama, TrainArch::Gpt2] {
+    for arch in [Arch::Llama, Arch::Gpt2] {
         let c = tiny(arch);
         let pool = rayon::ThreadPoolBuilder::new()
             .num_threads(2)
@@ -262,7 +282,7 @@ fn training_is_bit_for_bit_deterministic() {
 
 #[test]
 fn from_params_checks_the_length_and_the_layout_is_gguf_shaped() {
-    let c = tiny(TrainArch::Llama);
+    let c = tiny(Arch::Llama);
     let m = TrainModel::init(c.clone(), 1, 0);
     let err = TrainModel::from_params(c.clone(), 1, vec![0.0; 5])
         .err()
@@ -305,7 +325,7 @@ fn from_params_checks_the_length_and_the_layout_is_gguf_shaped() {
 #[test]
 fn packed_rows_train_each_sample_as_if_alone() {
     // three samples of 3, 4 and 5 tokens: packed into one row of 12, or one to a row of 5
-    let mut c = cfg(TrainArch::Llama, false, false);
+    let mut c = cfg(Arch::Llama, false, false);
     c.ctx = 12;
     let lens = [3usize, 4, 5];
     let toks = tokens(12, c.vocab, 3);
@@ -345,7 +365,7 @@ fn packed_rows_train_each_sample_as_if_alone() {
 
 #[test]
 fn packing_is_refused_where_state_or_positions_would_cross_samples() {
-    let m = TrainModel::init(cfg(TrainArch::Gpt2, false, true), 1, 0);
+    let m = TrainModel::init(cfg(Arch::Gpt2, false, true), 1, 0);
     let err = m.check_packing().unwrap_err().to_string();
     assert!(err.contains("Llama"), "{err}");
 }

@@ -7,7 +7,7 @@ use super::export;
 use super::tests::{
     assert_every_tensor_gets_a_gradient, check_sampled_gradients, rough_params, tokens,
 };
-use super::{HybridConfig, MixerKind, ModelConfig, TrainArch, TrainModel};
+use super::{Arch, HybridConfig, MixerKind, ModelConfig, TrainModel};
 use crate::gguf::GgufFile;
 use crate::model::{Logits, Model};
 use std::sync::Arc;
@@ -18,7 +18,7 @@ use tinynn::optim::{AdamW, AdamWConfig};
 pub(super) fn hybrid_cfg(depth_scale: bool, tied: bool) -> ModelConfig {
     use MixerKind::{Attn, Gdn};
     ModelConfig {
-        arch: TrainArch::Qwen35,
+        arch: Arch::Qwen35,
         vocab: 13,
         d_model: 16,
         n_head: 2,
@@ -40,6 +40,8 @@ pub(super) fn hybrid_cfg(depth_scale: bool, tied: bool) -> ModelConfig {
             gdn_value_dim: 8,
             conv_kernel: 4,
         }),
+        head_dim: None,
+        rope_freqs: None,
     }
 }
 

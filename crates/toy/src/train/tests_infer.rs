@@ -3,8 +3,8 @@
 //! `Model` and give the same next-token logits as `logits_last`. This pins the tensor layout,
 //! names, dims and the RoPE convention to what llama.cpp loads.
 
-use super::tests::{cfg, rough_params, tokens};
-use super::{ModelConfig, TrainArch, TrainModel};
+use super::tests::{cfg, families, rough_params, tokens};
+use super::{Arch, ModelConfig, TrainModel};
 use crate::gguf::{GgufFile, GgufWriter, Value};
 use crate::model::{Logits, Model};
 use std::sync::Arc;
@@ -23,24 +23,30 @@ fn to_gguf(m: &TrainModel) -> Vec<u8> {
     w.add_metadata(format!("{a}.feed_forward_length"), u(c.d_ff));
     w.add_metadata(format!("{a}.context_length"), u(c.ctx));
     w.add_metadata(format!("{a}.vocab_size"), u(c.vocab));
-    let eps_key = match c.arch {
-        TrainArch::Llama | TrainArch::Qwen35 => "attention.layer_norm_rms_epsilon",
-        TrainArch::Gpt2 => "attention.layer_norm_epsilon",
+    let eps_key = match c.arch.is_gpt2() {
+        false => "attention.layer_norm_rms_epsilon",
+        true => "attention.layer_norm_epsilon",
     };
     w.add_metadata(format!("{a}.{eps_key}"), Value::F32(c.norm_eps));
     w.add_metadata(format!("{a}.rope.freq_base"), Value::F32(c.rope_base));
+    if let Some(d) = c.head_dim {
+        w.add_metadata(format!("{a}.attention.key_length"), u(d));
+    }
+    if let Some(f) = &c.rope_freqs {
+        let bytes: Vec<u8> = f.iter().flat_map(|v| v.to_le_bytes()).collect();
+        w.add_tensor(
+            "rope_freqs.weight",
+            vec![f.len() as u64],
+            GgmlType::F32,
+            bytes,
+        )
+        .unwrap();
+    }
     for info in m.params_info() {
         let mut vals = m.params[info.range.clone()].to_vec();
         // depth scaling folded into the block norms (weight and bias): exact in math
-        let blk = info
-            .name
-            .strip_prefix("blk.")
-            .and_then(|r| r.split('.').next())
-            .and_then(|l| l.parse::<usize>().ok());
-        if let (true, Some(l), true) = (c.depth_scale, blk, info.name.contains("_norm.")) {
-            let s = tinynn::layers::depth_scale(l);
-            vals.iter_mut().for_each(|v| *v *= s);
-        }
+        let f = super::export::depth_factor(c, &info.name);
+        vals.iter_mut().for_each(|v| *v *= f);
         let bytes: Vec<u8> = vals.iter().flat_map(|v| v.to_le_bytes()).collect();
         w.add_tensor(info.name.clone(), info.dims.clone(), GgmlType::F32, bytes)
             .unwrap();
@@ -79,7 +85,7 @@ fn check_same_logits(c: ModelConfig) {
 #[test]
 fn llama_gguf_export_matches_inference_logits() {
     for (ds, tied) in [(false, true), (true, false)] {
-        let mut c = cfg(TrainArch::Llama, ds, tied);
+        let mut c = cfg(Arch::Llama, ds, tied);
         c.ctx = 12;
         check_same_logits(c);
     }
@@ -88,7 +94,17 @@ fn llama_gguf_export_matches_inference_logits() {
 #[test]
 fn gpt2_gguf_export_matches_inference_logits() {
     for ds in [false, true] {
-        let mut c = cfg(TrainArch::Gpt2, ds, true);
+        let mut c = cfg(Arch::Gpt2, ds, true);
+        c.ctx = 12;
+        check_same_logits(c);
+    }
+}
+
+#[test]
+fn qwen2_qwen3_llama3_training_logits_match_inference() {
+    // each family's own parts (biases, q/k norms, neox RoPE, llama3 divisors) change the
+    // function: a trainer that skipped one would miss the inference logits
+    for mut c in families() {
         c.ctx = 12;
         check_same_logits(c);
     }

@@ -4,7 +4,7 @@
 
 use super::export::to_gguf;
 use super::tests::{rough_params, tokens};
-use super::{LoraSpec, ModelConfig, TrainArch, TrainModel};
+use super::{Arch, LoraSpec, ModelConfig, TrainModel};
 use crate::gguf::GgufFile;
 use crate::quantize::quantize_model;
 use rand::rngs::StdRng;
@@ -17,7 +17,7 @@ use tinynn::quant::GgmlType;
 
 fn cfg(tied: bool) -> ModelConfig {
     ModelConfig {
-        arch: TrainArch::Llama,
+        arch: Arch::Llama,
         vocab: 19,
         d_model: 32,
         n_head: 4,
@@ -30,6 +30,8 @@ fn cfg(tied: bool) -> ModelConfig {
         depth_scale: false,
         tied,
         hybrid: None,
+        head_dim: None,
+        rope_freqs: None,
     }
 }
 

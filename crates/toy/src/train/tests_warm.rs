@@ -5,13 +5,13 @@
 use super::export::to_gguf;
 use super::tests::{rough_params, tokens};
 use super::warm_start::warm_start;
-use super::{ModelConfig, TrainArch, TrainModel};
+use super::{Arch, ModelConfig, TrainModel};
 use crate::gguf::GgufFile;
 use tinynn::optim::{AdamW, AdamWConfig};
 
 fn cfg(c: usize, h: usize, hkv: usize, f: usize, l: usize, tied: bool) -> ModelConfig {
     ModelConfig {
-        arch: TrainArch::Llama,
+        arch: Arch::Llama,
         vocab: 19,
         d_model: c,
         n_head: h,
@@ -24,6 +24,8 @@ fn cfg(c: usize, h: usize, hkv: usize, f: usize, l: usize, tied: bool) -> ModelC
         depth_scale: false,
         tied,
         hybrid: None,
+        head_dim: None,
+        rope_freqs: None,
     }
 }
 
@@ -166,7 +168,7 @@ fn shapes_that_do_not_map_are_errors_naming_both() {
     let untied = gguf(&donor(&cfg(16, 4, 2, 24, 2, false)));
     let e = warm_start(&untied, &cfg(16, 4, 2, 24, 2, true), 5).unwrap_err();
     assert!(e.to_string().contains("untied"), "{e}");
-    let mut g = super::tests::cfg(TrainArch::Gpt2, false, true);
+    let mut g = super::tests::cfg(Arch::Gpt2, false, true);
     g.vocab = 19;
     let e = warm_start(
         &gguf(&TrainModel::init(g, 2, 1)),

@@ -30,7 +30,7 @@
 use super::params::Layout;
 use super::pca::top_directions;
 use super::rng::SplitMix64;
-use super::{ModelConfig, TrainArch, TrainError};
+use super::{Arch, ModelConfig, TrainError};
 use crate::gguf::GgufFile;
 use tinynn::layers::matmul::{matmul_dyw, matmul_xwt};
 
@@ -205,7 +205,7 @@ pub fn describe(d: &ModelConfig, s: &ModelConfig) -> Result<String, TrainError> 
         )
     };
     let both = || format!("donor ({}) vs student ({})", shape(d), shape(s));
-    if s.arch != TrainArch::Llama || s.hybrid.is_some() {
+    if s.arch != Arch::Llama || s.hybrid.is_some() {
         return Err(bad(format!(
             "the student must be llama, not {}",
             s.arch.name()

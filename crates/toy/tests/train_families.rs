@@ -1,0 +1,84 @@
+//! Every family toy runs also trains, on the same function: tiny random models of each
+//! architecture (`common/synthetic.rs`: llama, llama with an output head, llama3 with
+//! `rope_freqs`, qwen2 with q/k/v biases, qwen3 with q/k norms and its own head size, gpt2),
+//! loaded as a full fine-tune's trainable model from their F32 GGUF, give the naive f32
+//! reference's logits (1e-5 of the largest); as a LoRA run on a Q8_0 base they give the
+//! inference engine's next-token losses on the same file (what `toy score` reports), so a
+//! fine-tune starts from the model `toy serve` runs.
+
+#[path = "common/synthetic.rs"]
+mod synthetic;
+
+use std::sync::Arc;
+use synthetic::{gguf, reference, weights, Spec, ALL};
+use tinynn::quant::GgmlType;
+use toy::gguf::GgufFile;
+use toy::model::{Logits, Model};
+use toy::train::{LoraSpec, TrainModel};
+
+const TOKENS: [u32; 8] = [3, 17, 42, 0, 49, 8, 23, 5];
+
+fn file(s: &Spec, ty: GgmlType) -> Arc<GgufFile> {
+    Arc::new(GgufFile::from_bytes(gguf(s, &weights(s), ty)).expect("synthetic gguf"))
+}
+
+/// Mean next-token NLL of TOKENS from all-position logits (T, V).
+fn nll(logits: &[f32], v: usize) -> f64 {
+    let t = TOKENS.len();
+    let mut sum = 0.0;
+    for (i, row) in logits.chunks_exact(v).take(t - 1).enumerate() {
+        let m = row.iter().fold(f32::MIN, |a, &b| a.max(b)) as f64;
+        let lse = m + row.iter().map(|&x| (x as f64 - m).exp()).sum::<f64>().ln();
+        sum += lse - row[TOKENS[i + 1] as usize] as f64;
+    }
+    sum / (t - 1) as f64
+}
+
+#[test]
+fn full_fine_tune_model_gives_the_reference_logits_on_every_family() {
+    for s in ALL {
+        let f = file(&s, GgmlType::F32);
+        let mut m = TrainModel::from_base(&f, s.ctx, 1).expect(s.arch);
+        let want = reference(&s, &weights(&s), &TOKENS, None);
+        for len in [1, 5, TOKENS.len()] {
+            let got = m.logits_last(&TOKENS[..len]).to_vec();
+            let row = &reference(&s, &weights(&s), &TOKENS[..len], None)[(len - 1) * s.vocab..];
+            let spread = row.iter().fold(0f32, |a, v| a.max(v.abs()));
+            let err = got
+                .iter()
+                .zip(row)
+                .fold(0f32, |a, (x, y)| a.max((x - y).abs()));
+            assert!(
+                err <= 1e-5 * spread.max(1.0) * 4.0,
+                "{s:?} len {len}: training logits off the reference by {err} (max |logit| {spread})"
+            );
+        }
+        assert_eq!(want.len(), TOKENS.len() * s.vocab);
+    }
+}
+
+#[test]
+fn lora_run_starts_from_the_served_model_on_every_rope_family() {
+    for s in ALL.into_iter().filter(|s| s.arch != "gpt2") {
+        let f = file(&s, GgmlType::Q8_0);
+        let spec = LoraSpec {
+            targets: vec!["all-linear".into()],
+            rank: 4,
+            scale: 2.0,
+            seed: 1,
+        };
+        let mut m = TrainModel::lora_on_base(&f, s.ctx, 1, &spec, None).expect(s.arch);
+        let t = TOKENS.len() - 1;
+        let loss = m.forward_loss(&TOKENS[..t], &TOKENS[1..], 1, t) as f64;
+        let model = Model::from_gguf(f.clone()).unwrap();
+        let mut st = model.new_state(s.ctx, s.ctx);
+        let logits = model.forward(&mut st, &TOKENS, Logits::All).unwrap();
+        let want = nll(logits, s.vocab);
+        // both run the same Q8_0 kernels; the KV cache is f16 on the inference side
+        assert!(
+            (loss - want).abs() <= 2e-3 * want.abs().max(1.0),
+            "{}: LoRA step-1 loss {loss} vs inference NLL {want}",
+            s.arch
+        );
+    }
+}
