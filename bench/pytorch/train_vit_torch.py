@@ -152,6 +152,8 @@ def main():
     for kv in args.set:
         set_override(rec, kv)
     v, d, tr = rec["vit"], rec["data"], rec["train"]
+    # the optimizer keys live in [optim] (older recipes kept them in [train])
+    op = rec.get("optim", tr)
     assert not d.get("crop_pad", 0) and not d.get("flip", False), \
         "run without augmentation: --set data.crop_pad=0 --set data.flip=false"
     labels, pixels = read_shard(os.path.join(d["dir"], "train.img"))
@@ -164,9 +166,9 @@ def main():
     ids = {id(p) for p in decay}
     no_decay = [p for p in model.parameters() if id(p) not in ids]
     opt = torch.optim.AdamW(
-        [{"params": decay, "weight_decay": tr["weight_decay"]},
+        [{"params": decay, "weight_decay": op.get("weight_decay", 0.0)},
          {"params": no_decay, "weight_decay": 0.0}],
-        lr=tr["lr"], betas=(0.9, 0.999), eps=1e-8,
+        lr=op["lr"], betas=(op.get("beta1", 0.9), op.get("beta2", 0.999)), eps=op.get("eps", 1e-8),
     )
     step_fn = torch.compile(model) if args.mode == "compile" else model
     smoothing = tr.get("label_smoothing", 0.0)
@@ -180,7 +182,7 @@ def main():
         with torch.autocast("cpu", dtype=torch.bfloat16, enabled=args.bf16):
             loss = step_fn(x, y, smoothing)
         loss.backward()
-        lr = lr_at(step, tr["warmup"], tr["steps"], tr["lr"], tr.get("min_lr", 0.0))
+        lr = lr_at(step, op["warmup"], tr["steps"], op["lr"], op.get("min_lr", 0.0))
         for g in opt.param_groups:
             g["lr"] = lr
         opt.step()

@@ -45,12 +45,16 @@ mlp = 32
 dir = "{}"
 mean = [0.3]
 std = [0.3]
+[optim]
+lr = {lr:e}
+min_lr = 0.0
+warmup = 5
+weight_decay = 0.01
+beta2 = 0.999
+grad_clip = 0.0
 [train]
 batch = 32
 steps = {steps}
-lr = {lr:e}
-warmup = 5
-weight_decay = 0.01
 label_smoothing = 0.1
 eval_every = 20
 "#,
@@ -190,4 +194,65 @@ fn the_committed_vit_recipes_parse() {
         ),
         (224, 16, 192, 12, 3)
     );
+}
+
+/// The ViT recipe has the language models' `[optim]` section (the old `[train]` keys are
+/// still read, as the same optimizer), and its training loop clips and accumulates as theirs
+/// does: clipping changes the weights, and two accumulated batches of 16 are one step.
+#[test]
+fn vit_optim_section_clipping_and_accumulation() {
+    let root = std::env::temp_dir().join(format!("toy-vit-optim-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&root);
+    let data = root.join("data");
+    let (train_set, val) = quadrants(200, 5).split(0.2, 0);
+    shard::write(&data, &[("train", &train_set), ("val", &val)], "test").unwrap();
+    let new = recipe(&data, 4, 3e-3);
+    let old_text = format!(
+        "name = \"q\"\n[vit]\nimage = 8\npatch = 4\nchannels = 1\nclasses = 4\nwidth = 16\n\
+         depth = 2\nheads = 2\nmlp = 32\n[data]\ndir = \"{}\"\nmean = [0.3]\nstd = [0.3]\n\
+         [train]\nbatch = 32\nsteps = 4\nlr = 3e-3\nwarmup = 5\nweight_decay = 0.01\n\
+         label_smoothing = 0.1\neval_every = 20\n",
+        data.display()
+    );
+    let old = VitRecipe::from_toml(&old_text).expect("the old form still reads");
+    assert_eq!(
+        old.optim(),
+        new.optim(),
+        "the old keys are the same optimizer"
+    );
+    let both = old_text.replace(
+        "[train]",
+        "[optim]\nlr = 1e-3\nmin_lr = 0.0\nwarmup = 1\n[train]",
+    );
+    let e = VitRecipe::from_toml(&both).expect_err("both forms");
+    assert!(e.contains("train.lr") && e.contains("optim.lr"), "{e}");
+
+    let run = |r: &VitRecipe, name: &str| {
+        train(r, &root.join(name), &VitHooks::default(), |_| {})
+            .unwrap()
+            .params
+    };
+    let plain = run(&new, "plain");
+    let mut clipped = new.clone();
+    clipped.optim.as_mut().unwrap().grad_clip = 1e-3;
+    assert_ne!(
+        run(&clipped, "clipped"),
+        plain,
+        "clipping reaches the update"
+    );
+    let mut accum = new.clone();
+    accum.train.grad_accum = 2;
+    accum.train.batch = 16;
+    let a = run(&accum, "accum");
+    let text = std::fs::read_to_string(root.join("accum/events.jsonl")).unwrap();
+    assert_eq!(
+        text.matches("\"type\":\"step\"").count(),
+        4,
+        "one event a step"
+    );
+    assert!(a.iter().all(|v| v.is_finite()));
+    assert_ne!(a, plain, "other batches, other weights");
+    let mut one = accum.clone();
+    one.train.grad_accum = 1;
+    assert_ne!(run(&one, "one"), a, "the second batch counts");
 }

@@ -3,7 +3,8 @@
 //! its stored weight type, or a full fine-tune in f32; chat SFT data with the loss on the
 //! assistant turns only; adapters as llama.cpp's LoRA GGUF (`llama-adapter.cpp`), and merging.
 
-pub mod adapter;
+/// The adapter file format, below the model code that runs adapters unmerged.
+pub use crate::model::adapter;
 pub mod evaluate;
 pub mod merge;
 pub mod recipe;

@@ -1,8 +1,10 @@
-//! Inference: the KV cache, the sampler, and the generation loop.
+//! Inference: the sampler, constrained decoding, and the generation loops (plain and
+//! speculative). The KV cache is per-sequence model state and lives in `model::kv_cache`
+//! (re-exported here), below everything that runs a model.
 
 pub mod constrain;
 pub mod generate;
-pub mod kv_cache;
+pub use crate::model::kv_cache;
 pub mod sampler;
 pub mod spec_tune;
 pub mod speculative;

@@ -43,7 +43,7 @@ pub enum ModelError {
         n_batch: usize,
     },
     #[error("lora adapter: {0}")]
-    Adapter(crate::finetune::adapter::AdapterError),
+    Adapter(super::adapter::AdapterError),
     #[error("lora adapter targets '{0}': only block matrices blk.N.{{attn_q,attn_k,attn_v,attn_qkv,attn_output,attn_gate,ssm_beta,ssm_alpha,ssm_out,ffn_gate,ffn_up,ffn_down}}.weight run unmerged (merge it with `toy merge` instead)")]
     LoraTarget(String),
     #[error("speculative decoding: {0}")]

@@ -8,8 +8,8 @@
 //! family's seven, GPT-2's fused attn_qkv, and Qwen3.5's Gated DeltaNet products.
 //! Letters: T rows in the batch, K = n_in, N = n_out, r the rank.
 
+use super::adapter::LoraAdapter;
 use super::{Config, ModelError};
-use crate::finetune::adapter::LoraAdapter;
 use crate::gguf::GgufFile;
 use tinynn::layers::lora::Lora;
 

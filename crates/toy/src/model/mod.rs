@@ -2,10 +2,12 @@
 //! GPT-2, and the Qwen3.5 hybrid (Gated DeltaNet and attention layers, chosen per layer). A `Model` holds the memory-mapped file and views into it; all per-sequence data
 //! lives in a `State`, so one model can serve many sequences.
 
+pub mod adapter;
 mod config;
 mod error;
 pub mod gpt2;
 mod hybrid_config;
+pub mod kv_cache;
 pub mod llama;
 pub mod lora;
 mod parts;
@@ -20,7 +22,7 @@ pub use hybrid_config::LayerKind;
 pub use state::{Logits, State};
 
 use crate::gguf::GgufFile;
-use crate::infer::kv_cache::KvCache;
+use kv_cache::KvCache;
 use std::path::Path;
 use std::sync::Arc;
 
@@ -117,10 +119,7 @@ impl Model {
 
     /// Keep `adapter` beside the base weights, checked against them; returns its index for
     /// the `_lora` forward calls, which apply it to the sequences that pick it.
-    pub fn add_lora(
-        &mut self,
-        adapter: &crate::finetune::adapter::LoraAdapter,
-    ) -> Result<usize, ModelError> {
+    pub fn add_lora(&mut self, adapter: &adapter::LoraAdapter) -> Result<usize, ModelError> {
         // LoadedLora::new refuses what is not a Llama body
         self.loras
             .push(lora::LoadedLora::new(adapter, &self.file, &self.cfg)?);

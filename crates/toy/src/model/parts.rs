@@ -3,10 +3,10 @@
 //! a batch (RoPE, the KV cache, llama.cpp's two attention regimes). Letters: T tokens in the
 //! batch, C width, H / Hkv heads, D head size, F MLP width.
 
+use super::kv_cache::{f16_attention, round_queries};
 use super::lora::{RowLoras, Target};
 use super::weights::{Linear, Loader, Weight};
 use super::{Config, ModelError, Span, State};
-use crate::infer::kv_cache::{f16_attention, round_queries};
 use tinynn::kernels::act::swiglu;
 use tinynn::kernels::attention::{causal_attention, AttnShape};
 use tinynn::kernels::norm::rmsnorm;

@@ -1,8 +1,8 @@
 //! Per-sequence inference state: the KV cache and the activation buffers of one batch,
 //! allocated once for `n_batch` tokens and reused by every forward call.
 
+use super::kv_cache::KvCache;
 use super::Config;
-use crate::infer::kv_cache::KvCache;
 
 /// Which logits a forward call returns.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -15,7 +15,7 @@ use crate::train::checkpoint::{self, Fault, StateHeader, StateView};
 use crate::train::events::{now, Event, EventLog};
 use crate::train::rng::SplitMix64;
 use std::path::{Path, PathBuf};
-use tinynn::optim::{lr_at, AdamW, AdamWConfig};
+use tinynn::optim::{clip_factor, lr_at, AdamW, AdamWConfig};
 use tinynn::quant::GgmlType;
 
 /// Top-1 accuracy, mean loss (unsmoothed) and the predicted classes of `p` on `set`.
@@ -118,13 +118,14 @@ pub struct VitHooks {
 
 /// The parameters, the optimizer and the steps done: fresh, or from the newest checkpoint.
 fn start(r: &VitRecipe, run: &Path, resume: bool) -> Result<(Vec<f32>, AdamW, usize), String> {
+    let o = r.optim();
     let mut opt = AdamW::new(
         r.vit.n_params(),
         AdamWConfig {
-            beta1: 0.9,
-            beta2: 0.999,
-            eps: 1e-8,
-            weight_decay: r.train.weight_decay,
+            beta1: o.beta1,
+            beta2: o.beta2,
+            eps: o.eps,
+            weight_decay: o.weight_decay,
         },
     );
     if !resume {
@@ -278,10 +279,12 @@ pub fn train(
         // the receiver lives in this closure: an early return drops it, ending the thread
         let rx = rx;
         s.spawn(move || {
+            // micro-batch k of step s is batch s * grad_accum + k of one epoch order
             let mut order = Order::new(set_ref.len(), t.batch, t.seed);
-            for step in first..last_step {
-                let idx = order.step(step);
-                let b = batch(set_ref, &idx, spec_ref, Some((t.seed, step as u64)));
+            let accum = t.grad_accum;
+            for micro in first * accum..last_step * accum {
+                let idx = order.step(micro);
+                let b = batch(set_ref, &idx, spec_ref, Some((t.seed, micro as u64)));
                 if tx.send(b).is_err() {
                     return;
                 }
@@ -290,12 +293,22 @@ pub fn train(
         let mut step_run = ShardedStep::default();
         let mut grads = vec![0.0; p.len()];
         for step in first..last_step {
-            let (x, y) = rx
-                .recv()
-                .map_err(|_| "the batch thread stopped".to_string())?;
             let ts = std::time::Instant::now();
             grads.fill(0.0);
-            let loss = step_run.run(&vit, &p, &x, &y, t.label_smoothing, &mut grads);
+            // the gradient of the mean loss over grad_accum batches
+            let (mut loss, mut images) = (0.0, 0);
+            for _ in 0..t.grad_accum {
+                let (x, y) = rx
+                    .recv()
+                    .map_err(|_| "the batch thread stopped".to_string())?;
+                loss += step_run.run(&vit, &p, &x, &y, t.label_smoothing, &mut grads);
+                images += y.len();
+            }
+            loss /= t.grad_accum as f32;
+            if t.grad_accum > 1 {
+                let s = 1.0 / t.grad_accum as f32;
+                grads.iter_mut().for_each(|g| *g *= s);
+            }
             if !loss.is_finite() {
                 emit(Event::RunEnd {
                     step,
@@ -303,15 +316,16 @@ pub fn train(
                 })?;
                 return Err(format!("the loss became {loss} at step {}", step + 1));
             }
-            let grad_norm = tinynn::optim::grad_norm(&grads);
-            let lr = lr_at(step, t.warmup, t.steps, t.lr, t.min_lr);
-            opt.step(&mut p, &grads, lr, &decay);
+            let o = r.optim();
+            let (grad_norm, clip) = clip_factor(&grads, o.grad_clip);
+            let lr = lr_at(step, o.warmup, t.steps, o.lr, o.min_lr);
+            opt.step_scaled(&mut p, &grads, clip, lr, &decay);
             emit(Event::Step {
                 step: step + 1,
                 loss,
                 lr,
                 grad_norm,
-                tok_s: y.len() as f64 / ts.elapsed().as_secs_f64().max(1e-9),
+                tok_s: images as f64 / ts.elapsed().as_secs_f64().max(1e-9),
                 time: now(),
             })?;
             let (n, done) = (step + 1, step + 1 == t.steps);

@@ -4,7 +4,7 @@
 //! llama.cpp attends over. Hybrid models' recurrent (Gated DeltaNet) layers keep a state of
 //! fixed size instead, snapshotted at chunk boundaries so that a shared prefix can be resumed.
 
-use crate::model::ModelError;
+use super::ModelError;
 use half::f16;
 use half::slice::HalfFloatSliceExt;
 use tinynn::layers::gdn::{GdnShape, GdnState};
