@@ -30,6 +30,7 @@ fn config(name: &str, arch: Arch) -> (ModelConfig, usize) {
         hybrid: None,
         head_dim: None,
         rope_freqs: None,
+        ctx_train: None,
     };
     (cfg, batch)
 }

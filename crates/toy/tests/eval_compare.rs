@@ -190,3 +190,32 @@ fn the_first_order_shares_of_a_small_drift_sum_to_it_and_the_largest_swap_is_mea
     assert_eq!(same.drift, 0.0);
     assert!(same.tensors.iter().all(|t| t.first_order.abs() < 1e-9));
 }
+
+/// `toy eval drift --grad` on every family: the trainer's backward takes each base the
+/// inference engine runs, so the first-order shares add up to the drift there too.
+#[test]
+fn drift_grad_runs_on_every_family() {
+    use toy::eval::drift_grad::drift_grad;
+    for s in synthetic::ALL {
+        let f = |t: &Tensors| Arc::new(GgufFile::from_bytes(gguf(&s, t, GgmlType::F32)).unwrap());
+        let mut moved = weights(&s);
+        let mut r = Rng(9);
+        for (_, _, data) in moved.0.iter_mut().filter(|x| x.1.len() == 2) {
+            data.iter_mut().for_each(|v| *v *= 1.0 + 0.05 * r.next());
+        }
+        let ids: Vec<u32> = tokens(2 * s.ctx)
+            .iter()
+            .map(|t| t % s.vocab as u32)
+            .collect();
+        let r = drift_grad(&f(&weights(&s)), &f(&moved), &ids, s.ctx, 1, |_| {})
+            .unwrap_or_else(|e| panic!("{}: {e}", s.arch));
+        let rel = (r.first_order_sum - r.drift).abs() / r.drift;
+        assert!(
+            r.drift > 1e-6 && rel < 0.15,
+            "{}: first order {} vs drift {}",
+            s.arch,
+            r.first_order_sum,
+            r.drift
+        );
+    }
+}

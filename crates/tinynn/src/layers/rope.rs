@@ -15,13 +15,23 @@ multiversion! {
     /// whose cos / sin are given; pairs (k, k + R/2) when `neox`, else (2k, 2k + 1).
     fn rotate_heads(x: &mut [f32], d: usize, neox: bool, cos: &[f32], sin: &[f32], sign: f32) {
         let half = cos.len();
+        // the two pairings as two loops: the branch stays out of the inner one
         for head in x.chunks_exact_mut(d) {
-            for k in 0..half {
-                let (c, s) = (cos[k], sign * sin[k]);
-                let (a, b) = if neox { (k, k + half) } else { (2 * k, 2 * k + 1) };
-                let (x0, x1) = (head[a], head[b]);
-                head[a] = x0 * c - x1 * s;
-                head[b] = x0 * s + x1 * c;
+            if neox {
+                let (lo, hi) = head[..2 * half].split_at_mut(half);
+                for k in 0..half {
+                    let (c, s) = (cos[k], sign * sin[k]);
+                    let (x0, x1) = (lo[k], hi[k]);
+                    lo[k] = x0 * c - x1 * s;
+                    hi[k] = x0 * s + x1 * c;
+                }
+            } else {
+                for k in 0..half {
+                    let (c, s) = (cos[k], sign * sin[k]);
+                    let (x0, x1) = (head[2 * k], head[2 * k + 1]);
+                    head[2 * k] = x0 * c - x1 * s;
+                    head[2 * k + 1] = x0 * s + x1 * c;
+                }
             }
         }
     }

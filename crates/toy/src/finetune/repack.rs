@@ -206,6 +206,7 @@ mod tests {
             hybrid: None,
             head_dim: None,
             rope_freqs: None,
+            ctx_train: None,
         };
         let (b, t) = (6, 12);
         let lens = [12usize, 3, 7, 0, 9, 5];

@@ -7,7 +7,7 @@
 //! hybrid trainer's (`hybrid_params.rs`) but for `ssm_a`, stored as -exp(A_log).
 
 use super::lin::{FrozenMat, Lin, LoraPart, Part};
-use super::params::{Layout, LoraRanges, LLAMA_PARTS};
+use super::params::{block_parts, Layout, LoraRanges};
 use super::{HybridConfig, MixerKind, ModelConfig, TrainError};
 use crate::gguf::GgufFile;
 use crate::model::{Arch, Config, LayerKind};
@@ -62,6 +62,7 @@ pub fn config_from_gguf(file: &GgufFile, ctx: usize) -> Result<ModelConfig, Trai
         hybrid,
         head_dim: own_head_dim.then_some(c.head_dim),
         rope_freqs,
+        ctx_train: (c.ctx_train > ctx).then_some(c.ctx_train),
     })
 }
 
@@ -231,14 +232,17 @@ pub(crate) fn frozen_lins(
 ) -> Result<[Lin; 4], TrainError> {
     let (c, f, d) = (cfg.d_model, cfg.d_ff, cfg.head_dim());
     let (q, kv) = (cfg.n_head * d, cfg.n_kv_head * d);
-    let shapes: [&[(usize, usize)]; 4] = [
-        &[(q, c), (kv, c), (kv, c)],
-        &[(c, q)],
-        &[(f, c), (f, c)],
-        &[(c, f)],
-    ];
+    let shapes: [&[(usize, usize)]; 4] = match cfg.arch.is_gpt2() {
+        false => [
+            &[(q, c), (kv, c), (kv, c)],
+            &[(c, q)],
+            &[(f, c), (f, c)],
+            &[(c, f)],
+        ],
+        true => [&[(q + 2 * kv, c)], &[(c, q)], &[(f, c)], &[(c, f)]],
+    };
     let mut out = Vec::with_capacity(4);
-    for (names, shapes) in LLAMA_PARTS.iter().zip(shapes) {
+    for (names, shapes) in block_parts(cfg.arch).iter().zip(shapes) {
         let parts: Vec<_> = names
             .iter()
             .zip(shapes)

@@ -34,6 +34,10 @@ pub struct ModelConfig {
     /// fixed, not trained.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub rope_freqs: Option<Vec<f32>>,
+    /// The context the model is for, where longer than the training `ctx` (a fine-tune's
+    /// base: its `context_length`, and GPT-2's rows of learned positions), kept on export.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ctx_train: Option<usize>,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -59,6 +63,11 @@ impl ModelConfig {
             (None, Some(d)) => d,
             (None, None) => self.d_model / self.n_head.max(1),
         }
+    }
+
+    /// The context the model is for: `ctx_train`, else the training ctx.
+    pub fn context(&self) -> usize {
+        self.ctx_train.unwrap_or(self.ctx).max(self.ctx)
     }
 
     /// Whether the output head is the token embedding.
@@ -98,6 +107,12 @@ impl ModelConfig {
                     "head_dim {d}: expected 1..={MAX_DIM}, and none beside a hybrid's own"
                 ));
             }
+        }
+        if self.ctx_train.is_some_and(|c| c < self.ctx || c > MAX_DIM) {
+            return bad(format!(
+                "ctx_train {:?}: expected ctx ({}) ..= {MAX_DIM}",
+                self.ctx_train, self.ctx
+            ));
         }
         if let Some(f) = &self.rope_freqs {
             let half = self.head_dim() / 2;

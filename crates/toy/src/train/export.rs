@@ -60,7 +60,7 @@ pub fn to_gguf(
     w.add_metadata("general.architecture", Value::String(arch.into()));
     w.add_metadata("general.name", Value::String(name.into()));
     w.add_metadata("general.file_type", Value::U32(0)); // all f32
-    w.add_metadata(k("context_length"), u32v(cfg.ctx));
+    w.add_metadata(k("context_length"), u32v(cfg.context()));
     w.add_metadata(k("embedding_length"), u32v(cfg.d_model));
     w.add_metadata(k("block_count"), u32v(cfg.n_layer));
     w.add_metadata(k("feed_forward_length"), u32v(cfg.d_ff));
@@ -82,6 +82,7 @@ pub fn to_gguf(
         }
         Arch::Gpt2 => {
             w.add_metadata(k("attention.layer_norm_epsilon"), Value::F32(cfg.norm_eps));
+            w.add_metadata(k("vocab_size"), u32v(cfg.vocab));
         }
         Arch::Qwen35 => {
             w.add_metadata(k("attention.head_count_kv"), u32v(cfg.n_kv_head));

@@ -116,7 +116,7 @@ impl TrainModel {
             )));
         }
         let known: &[&str] = match cfg.hybrid {
-            None => &super::params::LLAMA_PARTS.concat(),
+            None => &super::params::block_parts(cfg.arch).concat(),
             Some(_) => &super::hybrid_lora::QWEN35_LINEAR,
         };
         if let Some(t) = lora

@@ -7,7 +7,7 @@
 //! ffn_gate, ffn_up (2F, C).
 
 use super::hybrid_params::HybridRanges;
-use super::ModelConfig;
+use super::{Arch, ModelConfig};
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use std::ops::Range;
@@ -68,14 +68,26 @@ pub(crate) struct LoraRanges {
     pub b: Range<usize>,
 }
 
-/// The GGUF names of the parts of each fused product of a llama block, in output order:
-/// qkv, attn_output, gate|up, ffn_down.
+/// The GGUF names of the parts of each fused product of a llama-family block, in output
+/// order: qkv, attn_output, gate|up, ffn_down.
 pub(crate) const LLAMA_PARTS: [&[&str]; 4] = [
     &["attn_q", "attn_k", "attn_v"],
     &["attn_output"],
     &["ffn_gate", "ffn_up"],
     &["ffn_down"],
 ];
+
+/// GPT-2's: the fused attn_qkv, attn_output, ffn_up, ffn_down.
+const GPT2_PARTS: [&[&str]; 4] = [&["attn_qkv"], &["attn_output"], &["ffn_up"], &["ffn_down"]];
+
+/// The parts of each of a block's four products for `arch` (not the hybrid's).
+pub(crate) fn block_parts(arch: Arch) -> [&'static [&'static str]; 4] {
+    if arch.is_gpt2() {
+        GPT2_PARTS
+    } else {
+        LLAMA_PARTS
+    }
+}
 
 pub(crate) struct Layout {
     pub infos: Vec<ParamInfo>,
@@ -167,7 +179,7 @@ impl Layout {
         if gpt2 {
             let p = lay.push(
                 "position_embd.weight".into(),
-                vec![c, cfg.ctx as u64],
+                vec![c, cfg.context() as u64],
                 false,
                 std,
             );
@@ -269,56 +281,104 @@ impl Layout {
         (Some(q), Some(k))
     }
 
-    /// A LoRA run's layout: the norms (f32, kept frozen by the trainer), then for each block
-    /// and each target part its adapter: `<name>.weight.lora_a` (dims [K, r], Kaiming-uniform
-    /// as peft: U(-1/sqrt(K), 1/sqrt(K))) and `.lora_b` (dims [r, M], zeros), so the first
-    /// step's output is the base's. Matrix, embedding and head ranges are empty: those stay in
-    /// the base file. `targets` are part names (`attn_q`, ..., `ffn_down`).
+    /// A LoRA run's layout: the full layout's vectors (norms, biases) and GPT-2's position
+    /// table as f32 params the trainer keeps frozen, and after each block's, for each target
+    /// part its adapter: `<name>.weight.lora_a` (dims [K, r], Kaiming-uniform as peft:
+    /// U(-1/sqrt(K), 1/sqrt(K))) and `.lora_b` (dims [r, M], zeros), so the first step's
+    /// output is the base's. Matrix, embedding and head ranges are empty: those stay in the
+    /// base file. `targets` are part names (`attn_q`, ..., `ffn_down`; gpt2's `attn_qkv`).
     pub fn new_lora(cfg: &ModelConfig, targets: &[String], rank: usize) -> Self {
         let full = Layout::new(cfg);
         let mut lay = Layout::empty();
-        let dims_of = |name: &str| {
-            let i = full.infos.iter().find(|i| i.name == name);
-            i.expect("a llama layout has every part").dims.clone()
+        let block_of = |name: &str| {
+            let rest = name.strip_prefix("blk.")?;
+            rest.split('.').next()?.parse::<usize>().ok()
         };
-        for (l, br) in full.blocks.iter().enumerate() {
-            let n = |s: &str| format!("blk.{l}.{s}");
-            let c = [cfg.d_model as u64];
-            let mut r = br.clone();
-            r.attn_norm = lay.push(n("attn_norm.weight"), c.to_vec(), false, Init::Ones);
-            r.ffn_norm = lay.push(n("ffn_norm.weight"), c.to_vec(), false, Init::Ones);
-            // frozen too: qwen2's q/k/v biases, qwen3's q/k norms
-            r.qkv_b = lay.push_qkv_bias(cfg, l);
-            (r.q_norm, r.k_norm) = lay.push_qk_norm(cfg, l);
-            (r.qkv, r.attn_output, r.ffn_up, r.ffn_down) = (0..0, 0..0, 0..0, 0..0);
-            lay.blocks.push(r);
-            let mut adapters = Vec::new();
-            for part in LLAMA_PARTS.iter().flat_map(|p| p.iter()) {
-                if !targeted(targets, part) {
-                    continue;
-                }
-                let base = n(&format!("{part}.weight"));
-                let d = dims_of(&base);
-                let (k, m, r) = (d[0], d[1], rank as u64);
-                let bound = 1.0 / (k as f32).sqrt();
-                let a = lay.push(
-                    format!("{base}.lora_a"),
-                    vec![k, r],
-                    true,
-                    Init::Uniform(bound),
-                );
-                let b = lay.push(format!("{base}.lora_b"), vec![r, m], true, Init::Zeros);
-                adapters.push(LoraRanges { base, a, b });
+        // (range in the full layout, range here) of every tensor kept in params
+        let mut moved: Vec<(Range<usize>, Range<usize>)> = Vec::new();
+        let mut open: Option<usize> = None;
+        for (info, &init) in full.infos.iter().zip(&full.inits) {
+            let blk = block_of(&info.name);
+            if let Some(l) = open.filter(|&l| blk != Some(l)) {
+                lay.push_adapters(&full, cfg, targets, rank, l);
             }
-            lay.lora.push(adapters);
+            open = blk;
+            if info.dims.len() == 1 || info.name == "position_embd.weight" {
+                let r = lay.push(info.name.clone(), info.dims.clone(), false, init);
+                moved.push((info.range.clone(), r));
+            }
         }
-        lay.output_norm = lay.push(
-            "output_norm.weight".into(),
-            vec![cfg.d_model as u64],
-            false,
-            Init::Ones,
-        );
+        if let Some(l) = open {
+            lay.push_adapters(&full, cfg, targets, rank, l);
+        }
+        // a range of the full layout -> the same tensors here (empty for the matrices)
+        let map = |r: &Range<usize>| -> Range<usize> {
+            let mut inside = moved
+                .iter()
+                .filter(|(o, _)| o.start >= r.start && o.end <= r.end);
+            match (inside.next(), inside.next_back()) {
+                (Some(a), Some(b)) => a.1.start..b.1.end,
+                (Some(a), None) => a.1.clone(),
+                _ => 0..0,
+            }
+        };
+        let opt = |r: &Option<Range<usize>>| r.as_ref().map(map);
+        lay.blocks = full
+            .blocks
+            .iter()
+            .map(|b| BlockRanges {
+                attn_norm: map(&b.attn_norm),
+                attn_norm_b: opt(&b.attn_norm_b),
+                qkv: 0..0,
+                qkv_b: opt(&b.qkv_b),
+                q_norm: opt(&b.q_norm),
+                k_norm: opt(&b.k_norm),
+                attn_output: 0..0,
+                attn_output_b: opt(&b.attn_output_b),
+                ffn_norm: map(&b.ffn_norm),
+                ffn_norm_b: opt(&b.ffn_norm_b),
+                ffn_up: 0..0,
+                ffn_up_b: opt(&b.ffn_up_b),
+                ffn_down: 0..0,
+                ffn_down_b: opt(&b.ffn_down_b),
+            })
+            .collect();
+        lay.position_embd = opt(&full.position_embd);
+        lay.output_norm = map(&full.output_norm);
+        lay.output_norm_b = opt(&full.output_norm_b);
         lay
+    }
+
+    /// Block l's adapters (A then B of each targeted part, in product order) of a LoRA
+    /// layout, with the dims of the parts in `full`.
+    fn push_adapters(
+        &mut self,
+        full: &Layout,
+        cfg: &ModelConfig,
+        targets: &[String],
+        rank: usize,
+        l: usize,
+    ) {
+        let mut adapters = Vec::new();
+        for part in block_parts(cfg.arch).iter().flat_map(|p| p.iter()) {
+            if !targeted(targets, part) {
+                continue;
+            }
+            let base = format!("blk.{l}.{part}.weight");
+            let info = full.infos.iter().find(|i| i.name == base);
+            let d = &info.expect("a block's layout has each of its parts").dims;
+            let (k, m, r) = (d[0], d[1], rank as u64);
+            let bound = 1.0 / (k as f32).sqrt();
+            let a = self.push(
+                format!("{base}.lora_a"),
+                vec![k, r],
+                true,
+                Init::Uniform(bound),
+            );
+            let b = self.push(format!("{base}.lora_b"), vec![r, m], true, Init::Zeros);
+            adapters.push(LoraRanges { base, a, b });
+        }
+        self.lora.push(adapters);
     }
 
     /// Fresh parameters from `seed`: tensors in layout order, each value from one stream of

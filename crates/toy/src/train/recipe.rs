@@ -236,6 +236,7 @@ impl Recipe {
             hybrid: HybridConfig::from_section(m).ok().flatten(),
             head_dim: None,
             rope_freqs: None,
+            ctx_train: None,
         }
     }
 

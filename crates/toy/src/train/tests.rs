@@ -24,6 +24,7 @@ pub(super) fn cfg(arch: Arch, depth_scale: bool, tied: bool) -> ModelConfig {
         hybrid: None,
         head_dim: None,
         rope_freqs: None,
+        ctx_train: None,
     }
 }
 
@@ -196,6 +197,7 @@ fn tiny(arch: Arch) -> ModelConfig {
         hybrid: None,
         head_dim: None,
         rope_freqs: None,
+        ctx_train: None,
     }
 }
 

@@ -42,6 +42,7 @@ pub(super) fn hybrid_cfg(depth_scale: bool, tied: bool) -> ModelConfig {
         }),
         head_dim: None,
         rope_freqs: None,
+        ctx_train: None,
     }
 }
 

@@ -32,6 +32,7 @@ fn cfg(tied: bool) -> ModelConfig {
         hybrid: None,
         head_dim: None,
         rope_freqs: None,
+        ctx_train: None,
     }
 }
 
@@ -83,9 +84,36 @@ fn a_full_fine_tune_starts_from_the_base_bit_for_bit() {
     }
 }
 
+/// The other families LoRA trains on, beside `cfg`'s llama: qwen2 (frozen q/k/v biases
+/// added to the frozen products), qwen3 (frozen q/k norms, its own head size), llama3
+/// (rope_freqs), gpt2 (fused attn_qkv, frozen biases and LayerNorms, learned positions).
+fn family_cfgs() -> Vec<ModelConfig> {
+    let with = |arch: Arch, f: &dyn Fn(&mut ModelConfig)| {
+        let mut c = cfg(false);
+        c.arch = arch;
+        f(&mut c);
+        c
+    };
+    vec![
+        cfg(false),
+        with(Arch::Qwen2, &|_| {}),
+        with(Arch::Qwen3, &|c| c.head_dim = Some(6)),
+        with(Arch::Llama, &|c| c.rope_freqs = Some(vec![1.0, 2.0, 8.0, 32.0])),
+        with(Arch::Gpt2, &|c| {
+            c.n_kv_head = c.n_head;
+            c.tied = true
+        }),
+    ]
+}
+
 #[test]
 fn lora_starts_at_the_base_and_its_gradients_match_finite_differences() {
-    let c = cfg(false);
+    for c in family_cfgs() {
+        lora_gradients(c);
+    }
+}
+
+fn lora_gradients(c: ModelConfig) {
     let (params, bytes) = base_bytes(&c);
     let file = Arc::new(GgufFile::from_bytes(bytes).unwrap());
     let (b, t) = (2, 6);
@@ -94,7 +122,8 @@ fn lora_starts_at_the_base_and_its_gradients_match_finite_differences() {
     let mut full = TrainModel::from_params(c.clone(), 2, params).unwrap();
     let want = full.forward_loss(&x, &y, b, t);
     let mut bare = TrainModel::lora_on_base(&file, c.ctx, 2, &spec(vec![]), None).unwrap();
-    let mut lora = TrainModel::lora_on_base(&file, c.ctx, 2, &spec(all_linear()), None).unwrap();
+    let all = spec(vec!["all-linear".into()]);
+    let mut lora = TrainModel::lora_on_base(&file, c.ctx, 2, &all, None).unwrap();
     let (l0, l1) = (
         bare.forward_loss(&x, &y, b, t),
         lora.forward_loss(&x, &y, b, t),
@@ -106,14 +135,16 @@ fn lora_starts_at_the_base_and_its_gradients_match_finite_differences() {
     );
     assert!(
         (l0 - want).abs() < 1e-4,
-        "frozen f32 base {l0} vs dense {want}"
+        "{:?}: frozen f32 base {l0} vs dense {want}",
+        c.arch
     );
+    let parts = if c.arch.is_gpt2() { 4 } else { 7 };
     assert_eq!(
         lora.params_info()
             .iter()
             .filter(|i| i.name.ends_with(".lora_a"))
             .count(),
-        14
+        parts * c.n_layer
     );
 
     // rough adapters, then central differences on sampled elements of every adapter
@@ -133,8 +164,9 @@ fn lora_starts_at_the_base_and_its_gradients_match_finite_differences() {
             .iter()
             .fold(0f32, |a, v| a.max(v.abs()));
         assert!(
-            info.name.contains("norm") || gmax > 0.0,
-            "{} gets no gradient",
+            !info.name.contains(".lora_") || gmax > 0.0,
+            "{:?}: {} gets no gradient",
+            c.arch,
             info.name
         );
     }

@@ -26,6 +26,7 @@ fn cfg(c: usize, h: usize, hkv: usize, f: usize, l: usize, tied: bool) -> ModelC
         hybrid: None,
         head_dim: None,
         rope_freqs: None,
+        ctx_train: None,
     }
 }
 
