@@ -88,8 +88,8 @@ pub fn load_with_lora(args: &ModelArgs, lora: &LoraArgs) -> Result<(Model, Token
                 Ok((a, *s))
             })
             .collect::<Result<Vec<_>>>()?;
-        // Llama-family models keep the base as stored and add the adapters at run time (as
-        // llama.cpp does); others get the adapters merged into f32 copies of their matrices.
+        // the base stays as stored and the adapters run beside it (as llama.cpp does); an
+        // adapter on a tensor outside the blocks (the head) is merged into an f32 copy instead
         let mut model = Model::from_gguf(f.clone())
             .with_context(|| format!("loading '{}'", args.model.display()))?;
         let unmerged: Result<Vec<(usize, f32)>, _> = adapters

@@ -63,9 +63,17 @@ fn full_fine_tune_model_gives_the_reference_logits_on_every_family() {
         let key = format!("{}.context_length", s.arch);
         assert_eq!(back.get_u64(&key), Some(s.ctx as u64), "{}", s.arch);
         for t in &f.tensors {
-            let b = back.tensor(&t.name).unwrap_or_else(|| panic!("{}: {}", s.arch, t.name));
+            let b = back
+                .tensor(&t.name)
+                .unwrap_or_else(|| panic!("{}: {}", s.arch, t.name));
             assert_eq!(b.dims, t.dims, "{}", t.name);
-            assert_eq!(back.tensor_data(b), f.tensor_data(t), "{}: {}", s.arch, t.name);
+            assert_eq!(
+                back.tensor_data(b),
+                f.tensor_data(t),
+                "{}: {}",
+                s.arch,
+                t.name
+            );
         }
     }
 }

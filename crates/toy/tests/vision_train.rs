@@ -118,7 +118,7 @@ fn a_vit_learns_logs_and_checkpoints_what_it_learned() {
     )
     .err()
     .expect("a NaN stop");
-    assert!(e.contains("loss became"), "{e}");
+    assert!(e.contains("training loss is"), "{e}");
     let log = std::fs::read_to_string(root.join("nan/events.jsonl")).unwrap();
     assert!(log.contains("\"status\":\"failed"), "{log}");
     // a checkpoint of another kind is refused by name

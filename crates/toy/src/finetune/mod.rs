@@ -14,3 +14,4 @@ mod save;
 pub mod sft;
 mod sft_batch;
 mod sft_error;
+mod task;

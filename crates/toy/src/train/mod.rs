@@ -26,6 +26,7 @@ pub mod checkpoint;
 pub mod corpus;
 pub mod data;
 pub mod dataset;
+pub mod driver;
 pub mod evaluate;
 pub mod events;
 pub mod export;

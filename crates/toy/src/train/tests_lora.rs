@@ -98,7 +98,9 @@ fn family_cfgs() -> Vec<ModelConfig> {
         cfg(false),
         with(Arch::Qwen2, &|_| {}),
         with(Arch::Qwen3, &|c| c.head_dim = Some(6)),
-        with(Arch::Llama, &|c| c.rope_freqs = Some(vec![1.0, 2.0, 8.0, 32.0])),
+        with(Arch::Llama, &|c| {
+            c.rope_freqs = Some(vec![1.0, 2.0, 8.0, 32.0])
+        }),
         with(Arch::Gpt2, &|c| {
             c.n_kv_head = c.n_head;
             c.tied = true

@@ -1,18 +1,18 @@
-//! The training loop, as llm.c's `train_gpt2.c` has it: per step, `next_batch`,
-//! `zero_grad`, `forward_backward` (times `grad_accum`), clip, `update`; every
+//! Training a language model from scratch on the loop every task shares (`driver.rs`, as
+//! llm.c's `train_gpt2.c`): per step `grad_accum` batches of the token shards; every
 //! `eval.interval` steps a validation loss and a sample; every `checkpoint.interval` steps
 //! (and at the end) a GGUF plus the optimizer state. All state that decides the next step
 //! (params, AdamW m/v/t, the batch generator) is in the checkpoint, so a resumed run is
 //! bit-identical to one that never stopped.
 
 use std::path::{Path, PathBuf};
-use std::time::Instant;
 
-use tinynn::optim::{clip_factor, lr_at, AdamW, AdamWConfig};
+use tinynn::optim::AdamW;
 
 use super::checkpoint::{self, CheckpointError, Fault, StateHeader, StateView};
 use super::data::{self, DataError, PrepareOptions, TokenizerChoice};
 use super::dataset::{Batcher, Dataset, ShardError};
+use super::driver::{adamw, Events, Loop, Plan, Task};
 use super::evaluate::{eval_loss, sample};
 use super::events::{now, Event, EventLog};
 use super::recipe::Recipe;
@@ -70,6 +70,13 @@ pub enum TrainRunError {
     Tokenizer(#[from] crate::tokenizer::TokenizerError),
     #[error("tokenizer file: {0}")]
     Bpe(#[from] super::bpe::BpeError),
+}
+
+/// For tasks whose errors are messages (the image classifier's).
+impl From<TrainRunError> for String {
+    fn from(e: TrainRunError) -> String {
+        e.to_string()
+    }
 }
 
 /// What a run does beyond its recipe: a donor to start from, and fault injection and early
@@ -137,7 +144,8 @@ pub fn ensure_data(recipe: &Recipe) -> Result<Dataset, TrainRunError> {
 }
 
 /// Trains `recipe` in `run`, from its newest checkpoint when `resume`, else from scratch;
-/// each event goes to `events.jsonl` and to `observe`.
+/// each event goes to `events.jsonl` and to `observe`. The steps are the one loop's
+/// (`driver.rs`); this file is the language-model task: its data, model and checkpoints.
 pub fn train(
     run: &RunDir,
     recipe: &Recipe,
@@ -146,92 +154,74 @@ pub fn train(
     observe: &mut dyn FnMut(&Event),
 ) -> Result<Outcome, TrainRunError> {
     let _precision = super::precision::Scope::enter(recipe.train.precision);
-    let mut s = Session::open(run, recipe, resume, hooks.init_from.as_deref(), observe)?;
+    let (mut task, mut lp, start) = LmTask::open(run, recipe, resume, hooks, observe)?;
     let total = recipe.train.steps;
-    if hooks.checkpoint_at_start && s.start == 0 {
-        s.checkpoint(0, Fault::None)?;
+    if hooks.checkpoint_at_start && start == 0 {
+        lp.checkpoint(&mut task, 0)?;
     }
-    for step in s.start + 1..=total {
-        if hooks.poison_at == Some(step) {
-            s.model.params[0] = f32::NAN;
-        }
-        s.step(step)?;
-        if step % recipe.eval.interval == 0 || step == total {
-            s.evaluate(step)?;
-        }
-        if step % recipe.checkpoint.interval == 0 || step == total {
-            let fault = if hooks.crash_checkpoint_at == Some(step) {
-                Fault::CrashMidWrite
-            } else {
-                Fault::None
-            };
-            s.checkpoint(step, fault)?;
-        }
-        if hooks.stop_after == Some(step) && step < total {
-            return Ok(s.outcome(step, false));
-        }
+    let plan = Plan {
+        optim: &recipe.optim,
+        steps: total,
+        grad_accum: recipe.train.grad_accum,
+        eval_every: recipe.eval.interval,
+        checkpoint_every: recipe.checkpoint.interval,
+        stop_after: hooks.stop_after,
+    };
+    let r = lp.run(&mut task, &plan, start)?;
+    if r.finished {
+        let status = "done".to_string();
+        lp.events.emit(Event::RunEnd {
+            step: total,
+            status,
+        })?;
     }
-    let status = "done".to_string();
-    s.emit(Event::RunEnd {
-        step: total,
-        status,
-    })?;
-    Ok(s.outcome(total, true))
+    Ok(Outcome {
+        steps_done: r.steps_done,
+        last_loss: lp.last_loss,
+        last_checkpoint: lp.last_checkpoint.clone(),
+        finished: r.finished,
+    })
 }
 
-/// Everything one call of [`train`] works with.
-struct Session<'a> {
+/// A language model trained on token shards: what the loop asks of it.
+struct LmTask<'a> {
     run: &'a RunDir,
     recipe: &'a Recipe,
+    hooks: &'a Hooks,
     ds: Dataset,
     spec: TokenizerSpec,
     tok: Tokenizer,
     model: TrainModel,
-    opt: AdamW,
     batcher: Batcher,
-    decay: Vec<std::ops::Range<usize>>,
-    /// Steps done before this call.
-    start: usize,
-    log: EventLog,
-    observe: &'a mut dyn FnMut(&Event),
-    last_loss: f32,
-    last_checkpoint: Option<PathBuf>,
 }
 
-impl<'a> Session<'a> {
+impl<'a> LmTask<'a> {
     /// The data, the tokenizer, and the model, optimizer and batch generator, fresh or as the
-    /// newest checkpoint left them; logs `run_start`.
+    /// newest checkpoint left them; logs `run_start`. Returns the steps already done.
     fn open(
         run: &'a RunDir,
         recipe: &'a Recipe,
         resume: bool,
-        init_from: Option<&Path>,
+        hooks: &'a Hooks,
         observe: &'a mut dyn FnMut(&Event),
-    ) -> Result<Self, TrainRunError> {
+    ) -> Result<(Self, Loop<'a>, usize), TrainRunError> {
         let ds = ensure_data(recipe)?;
         let spec = super::bpe::load_tokenizer(&ds.tokenizer_path())?;
         let tok = Tokenizer::from_spec(spec.clone())?;
         let cfg = recipe.model_config();
         let b = recipe.train.batch;
-        let o = &recipe.optim;
-        let adam = AdamWConfig {
-            beta1: o.beta1,
-            beta2: o.beta2,
-            eps: o.eps,
-            weight_decay: o.weight_decay,
-        };
         let mut batcher = Batcher::new(recipe.train.seed ^ 0xDA7A, b, cfg.ctx);
         let mut warm = None;
         let (model, opt, start) = if resume {
             let (step, path) = checkpoint::latest(&run.path)?;
             let s = checkpoint::load_state(&path)?;
             let model = TrainModel::from_params(cfg, b, s.params)?;
-            let mut opt = AdamW::new(model.params.len(), adam);
+            let mut opt = adamw(&recipe.optim, model.params.len());
             (opt.m, opt.v, opt.t) = (s.m, s.v, s.header.adam_t);
             batcher.rng = SplitMix64::new(s.header.data_rng);
             (model, opt, step)
         } else {
-            let model = match init_from {
+            let model = match hooks.init_from.as_deref() {
                 Some(path) => {
                     let donor = GgufFile::open(path).map_err(|source| TrainRunError::Donor {
                         path: path.to_path_buf(),
@@ -247,7 +237,7 @@ impl<'a> Session<'a> {
                 }
                 None => TrainModel::try_init(cfg, b, recipe.train.seed)?,
             };
-            let opt = AdamW::new(model.params.len(), adam);
+            let opt = adamw(&recipe.optim, model.params.len());
             (model, opt, 0)
         };
         let events = run.events_path();
@@ -258,19 +248,11 @@ impl<'a> Session<'a> {
         let last_checkpoint = checkpoint::latest(&run.path)
             .ok()
             .map(|(s, _)| run.path.join(checkpoint::gguf_name(s)));
-        let mut s = Self {
-            run,
-            recipe,
-            ds,
-            spec,
-            tok,
-            decay: model.decay_ranges(),
-            model,
+        let mut lp = Loop {
+            events: Events::new(log, observe),
             opt,
-            batcher,
-            start,
-            log,
-            observe,
+            decay: model.decay_ranges(),
+            frozen: Vec::new(),
             last_loss: f32::NAN,
             last_checkpoint,
         };
@@ -279,44 +261,37 @@ impl<'a> Session<'a> {
             obj.insert("init_from".into(), w);
         }
         let time = now();
-        s.emit(Event::RunStart {
+        lp.events.emit(Event::RunStart {
             config,
             time,
             start_step: start,
         })?;
-        Ok(s)
+        let task = Self {
+            run,
+            recipe,
+            hooks,
+            ds,
+            spec,
+            tok,
+            model,
+            batcher,
+        };
+        Ok((task, lp, start))
+    }
+}
+
+impl Task for LmTask<'_> {
+    type Error = TrainRunError;
+
+    fn weights(&mut self) -> (&mut [f32], &mut [f32]) {
+        (&mut self.model.params, &mut self.model.grads)
     }
 
-    fn emit(&mut self, e: Event) -> Result<(), TrainRunError> {
-        self.log.write(&e).map_err(|source| TrainRunError::Io {
-            path: self.log.path().to_path_buf(),
-            source,
-        })?;
-        (self.observe)(&e);
-        Ok(())
-    }
-
-    /// Logs the run's end and returns the error for a non-finite `value`.
-    fn fail(&mut self, step: usize, what: &'static str, value: f32) -> TrainRunError {
-        let status = format!("failed: {what} is {value} at step {step}");
-        if let Err(e) = self.emit(Event::RunEnd { step, status }) {
-            return e;
+    fn accumulate(&mut self, step: usize, accum: usize) -> Result<(f32, usize), TrainRunError> {
+        if self.hooks.poison_at == Some(step) {
+            self.model.params[0] = f32::NAN;
         }
-        TrainRunError::NonFinite {
-            what,
-            value,
-            step,
-            last_checkpoint: self.last_checkpoint.clone(),
-        }
-    }
-
-    /// One optimizer step (1-based `step`): the gradient of `grad_accum` batches, clipped,
-    /// then AdamW at the scheduled learning rate.
-    fn step(&mut self, step: usize) -> Result<(), TrainRunError> {
         let (b, t) = (self.batcher.b, self.batcher.t);
-        let (o, accum) = (&self.recipe.optim, self.recipe.train.grad_accum);
-        let t0 = Instant::now();
-        self.model.zero_grad();
         let mut loss = 0.0;
         for _ in 0..accum {
             self.batcher.next(&self.ds.train);
@@ -325,35 +300,14 @@ impl<'a> Session<'a> {
                 .model
                 .forward_backward_scaled(x, y, b, t, 1.0 / accum as f32);
         }
-        loss /= accum as f32;
-        if !loss.is_finite() {
-            return Err(self.fail(step, "the training loss", loss));
-        }
-        let (grad_norm, clip) = clip_factor(&self.model.grads, o.grad_clip);
-        if !grad_norm.is_finite() {
-            return Err(self.fail(step, "the gradient norm", grad_norm));
-        }
-        let lr = lr_at(step - 1, o.warmup, self.recipe.train.steps, o.lr, o.min_lr);
-        let m = &mut self.model;
-        self.opt
-            .step_scaled(&mut m.params, &m.grads, clip, lr, &self.decay);
-        let tok_s = (b * t * accum) as f64 / t0.elapsed().as_secs_f64().max(1e-9);
-        self.last_loss = loss;
-        self.emit(Event::Step {
-            step,
-            loss,
-            lr,
-            grad_norm,
-            tok_s,
-            time: now(),
-        })
+        Ok((loss / accum as f32, b * t * accum))
     }
 
     /// Validation loss and a sample.
-    fn evaluate(&mut self, step: usize) -> Result<(), TrainRunError> {
+    fn evaluate(&mut self, step: usize) -> Result<Event, TrainRunError> {
         let val_loss = eval_loss(&mut self.model, &self.ds, self.recipe);
         let sample = sample(&mut self.model, &self.tok, self.recipe, step);
-        self.emit(Event::Eval {
+        Ok(Event::Eval {
             step,
             val_loss,
             sample,
@@ -361,40 +315,26 @@ impl<'a> Session<'a> {
         })
     }
 
-    /// A checkpoint of the state after `step` steps; refused when a weight is not finite.
-    fn checkpoint(&mut self, step: usize, fault: Fault) -> Result<(), TrainRunError> {
-        if let Some(&bad) = self.model.params.iter().find(|p| !p.is_finite()) {
-            return Err(self.fail(step, "a parameter", bad));
-        }
+    fn checkpoint(&mut self, step: usize, opt: &AdamW) -> Result<PathBuf, TrainRunError> {
+        let fault = match self.hooks.crash_checkpoint_at == Some(step) {
+            true => Fault::CrashMidWrite,
+            false => Fault::None,
+        };
         let state = StateView {
             header: StateHeader {
                 step,
-                adam_t: self.opt.t,
+                adam_t: opt.t,
                 data_rng: self.batcher.rng.state,
                 n_params: self.model.params.len() as u64,
                 data_epoch: 0,
                 data_pos: 0,
             },
             params: &self.model.params,
-            m: &self.opt.m,
-            v: &self.opt.v,
+            m: &opt.m,
+            v: &opt.v,
         };
         let run = self.run;
-        let path = save_checkpoint(&run.path, &run.id, &self.model, &self.spec, &state, fault)?;
-        self.last_checkpoint = Some(path.clone());
-        self.emit(Event::Checkpoint {
-            step,
-            path: path.display().to_string(),
-        })
-    }
-
-    fn outcome(&self, steps_done: usize, finished: bool) -> Outcome {
-        Outcome {
-            steps_done,
-            last_loss: self.last_loss,
-            last_checkpoint: self.last_checkpoint.clone(),
-            finished,
-        }
+        save_checkpoint(&run.path, &run.id, &self.model, &self.spec, &state, fault)
     }
 }
 

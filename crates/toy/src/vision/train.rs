@@ -1,5 +1,6 @@
-//! Training the ViT classifier on a recipe (`recipe.rs`): AdamW with linear warm-up and cosine
-//! decay, label smoothing, batches made on a worker thread while the step runs,
+//! Training the ViT classifier on a recipe (`recipe.rs`) on the one training loop
+//! (`train::driver`: AdamW with linear warm-up and cosine decay, clipping, accumulation),
+//! label smoothing, batches made on a worker thread while the step runs,
 //! `events.jsonl` (steps with images/s, evaluations with accuracy), a NaN stop, checkpoints
 //! (`ckpt-NNNNNN.gguf` with `vit.*` keys, and the `.state` file `toy train --resume`
 //! continues from bit for bit) and the final weights as `model.gguf`.
@@ -12,10 +13,11 @@ use crate::gguf::{GgufWriter, Value};
 use crate::images::{shard, ImageSet};
 use crate::infer::sampler::argmax;
 use crate::train::checkpoint::{self, Fault, StateHeader, StateView};
+use crate::train::driver::{Events, Loop, Plan, Task};
 use crate::train::events::{now, Event, EventLog};
 use crate::train::rng::SplitMix64;
 use std::path::{Path, PathBuf};
-use tinynn::optim::{clip_factor, lr_at, AdamW, AdamWConfig};
+use tinynn::optim::{AdamW, AdamWConfig};
 use tinynn::quant::GgmlType;
 
 /// Top-1 accuracy, mean loss (unsmoothed) and the predicted classes of `p` on `set`.
@@ -242,42 +244,31 @@ pub fn train(
     }
     std::fs::create_dir_all(run).map_err(|e| e.to_string())?;
     let _precision = crate::train::precision::Scope::enter(r.train.precision);
-    let (mut p, mut opt, first) = start(r, run, hooks.resume)?;
-    let mut log = EventLog::append(&run.join("events.jsonl")).map_err(|e| e.to_string())?;
-    let mut emit = |e: Event| -> Result<(), String> {
-        log.write(&e).map_err(|e| e.to_string())?;
-        observe(&e);
-        Ok(())
+    let (p, opt, first) = start(r, run, hooks.resume)?;
+    let log = EventLog::append(&run.join("events.jsonl")).map_err(|e| e.to_string())?;
+    let mut lp = Loop {
+        events: Events::new(log, &mut observe),
+        opt,
+        decay: decay_ranges(&r.vit),
+        frozen: Vec::new(),
+        last_loss: f32::NAN,
+        last_checkpoint: None,
     };
-    emit(Event::RunStart {
+    lp.events.emit(Event::RunStart {
         config: serde_json::to_value(r).unwrap_or_default(),
         time: now(),
         start_step: first,
     })?;
-    if hooks.checkpoint_start && first == 0 {
-        save_checkpoint(run, r, &train_set.classes, &p, &opt, 0)?;
-    }
-    let vit = Vit::new(r.vit.clone());
-    let decay = decay_ranges(&r.vit);
-    let (spec, plain) = (r.batch_spec(true), r.batch_spec(false));
     let t = &r.train;
     let last_step = hooks
         .stop_after
         .map_or(t.steps, |s| s.clamp(first, t.steps));
-    let mut out = VitOutcome {
-        steps: first,
-        finished: last_step == t.steps,
-        val_accuracy: 0.0,
-        test_accuracy: None,
-        checkpoint: run.join("model.gguf"),
-        params: Vec::new(),
-    };
+    let spec = r.batch_spec(true);
     // the next batch is made on a worker thread while the step runs
     let (tx, rx) = std::sync::mpsc::sync_channel(2);
     let (set_ref, spec_ref) = (&train_set, &spec);
-    std::thread::scope(|s| -> Result<(), String> {
-        // the receiver lives in this closure: an early return drops it, ending the thread
-        let rx = rx;
+    // the batch receiver is dropped inside the scope, ending the worker thread
+    let (p, val_accuracy, vit) = std::thread::scope(|s| -> Result<_, String> {
         s.spawn(move || {
             // micro-batch k of step s is batch s * grad_accum + k of one epoch order
             let mut order = Order::new(set_ref.len(), t.batch, t.seed);
@@ -290,87 +281,124 @@ pub fn train(
                 }
             }
         });
-        let mut step_run = ShardedStep::default();
-        let mut grads = vec![0.0; p.len()];
-        for step in first..last_step {
-            let ts = std::time::Instant::now();
-            grads.fill(0.0);
-            // the gradient of the mean loss over grad_accum batches
-            let (mut loss, mut images) = (0.0, 0);
-            for _ in 0..t.grad_accum {
-                let (x, y) = rx
-                    .recv()
-                    .map_err(|_| "the batch thread stopped".to_string())?;
-                loss += step_run.run(&vit, &p, &x, &y, t.label_smoothing, &mut grads);
-                images += y.len();
-            }
-            loss /= t.grad_accum as f32;
-            if t.grad_accum > 1 {
-                let s = 1.0 / t.grad_accum as f32;
-                grads.iter_mut().for_each(|g| *g *= s);
-            }
-            if !loss.is_finite() {
-                emit(Event::RunEnd {
-                    step,
-                    status: format!("failed: loss is {loss} at step {}", step + 1),
-                })?;
-                return Err(format!("the loss became {loss} at step {}", step + 1));
-            }
-            let o = r.optim();
-            let (grad_norm, clip) = clip_factor(&grads, o.grad_clip);
-            let lr = lr_at(step, o.warmup, t.steps, o.lr, o.min_lr);
-            opt.step_scaled(&mut p, &grads, clip, lr, &decay);
-            emit(Event::Step {
-                step: step + 1,
-                loss,
-                lr,
-                grad_norm,
-                tok_s: images as f64 / ts.elapsed().as_secs_f64().max(1e-9),
-                time: now(),
-            })?;
-            let (n, done) = (step + 1, step + 1 == t.steps);
-            if n % t.eval_every == 0 || done {
-                let (acc, val_loss, _) = evaluate(&vit, &p, &val_set, &plain);
-                let metrics = crate::train::events::EvalMetrics {
-                    name: "accuracy".into(),
-                    model: "vit".into(),
-                    data: format!("{}/val", r.data.dir.display()),
-                    results: serde_json::json!({"top1": acc, "images": val_set.len()}),
-                    time: now(),
-                };
-                emit(Event::Eval {
-                    step: n,
-                    val_loss,
-                    sample: format!("val accuracy {:.2}%", 100.0 * acc),
-                    metrics: Some(metrics),
-                })?;
-                out.val_accuracy = acc;
-            }
-            if n % r.checkpoint_every() == 0 || done {
-                let path = save_checkpoint(run, r, &train_set.classes, &p, &opt, n)?;
-                out.checkpoint = path.clone();
-                emit(Event::Checkpoint {
-                    step: n,
-                    path: path.display().to_string(),
-                })?;
-            }
-            out.steps = n;
+        // the receiver lives in the task: dropping it ends the thread
+        let mut task = VitTask {
+            r,
+            run,
+            vit: Vit::new(r.vit.clone()),
+            grads: vec![0.0; p.len()],
+            p,
+            step_run: ShardedStep::default(),
+            rx,
+            classes: &train_set.classes,
+            val: &val_set,
+            val_accuracy: 0.0,
+        };
+        if hooks.checkpoint_start && first == 0 {
+            lp.checkpoint(&mut task, 0)?;
         }
-        Ok(())
+        let plan = Plan {
+            optim: r.optim(),
+            steps: t.steps,
+            grad_accum: t.grad_accum,
+            eval_every: t.eval_every,
+            checkpoint_every: r.checkpoint_every(),
+            stop_after: hooks.stop_after,
+        };
+        lp.run(&mut task, &plan, first)?;
+        Ok((task.p, task.val_accuracy, task.vit))
     })?;
-    if out.finished {
+    let finished = last_step == t.steps;
+    let mut out = VitOutcome {
+        steps: last_step,
+        finished,
+        val_accuracy,
+        test_accuracy: None,
+        checkpoint: lp.last_checkpoint.clone().unwrap_or(run.join("model.gguf")),
+        params: Vec::new(),
+    };
+    if finished {
         out.checkpoint = run.join("model.gguf");
         save(&out.checkpoint, r, &train_set.classes, &p)?;
         if let Ok(test) = shard::read(&r.data.dir, "test") {
+            let plain = r.batch_spec(false);
             out.test_accuracy = Some(evaluate(&vit, &p, &test, &plain).0);
         }
-        emit(Event::RunEnd {
+        lp.events.emit(Event::RunEnd {
             step: t.steps,
             status: "done".into(),
         })?;
     }
     out.params = p;
     Ok(out)
+}
+
+/// The image classifier as a task of the one training loop (`train::driver`).
+struct VitTask<'a> {
+    r: &'a VitRecipe,
+    run: &'a Path,
+    vit: Vit,
+    p: Vec<f32>,
+    grads: Vec<f32>,
+    step_run: ShardedStep,
+    /// Batches (images, labels) from the worker thread, in step order.
+    rx: std::sync::mpsc::Receiver<(Vec<f32>, Vec<u16>)>,
+    classes: &'a [String],
+    val: &'a ImageSet,
+    val_accuracy: f32,
+}
+
+impl Task for VitTask<'_> {
+    type Error = String;
+
+    fn weights(&mut self) -> (&mut [f32], &mut [f32]) {
+        (&mut self.p, &mut self.grads)
+    }
+
+    /// The gradient of the mean smoothed loss over `accum` batches of the worker thread.
+    fn accumulate(&mut self, _step: usize, accum: usize) -> Result<(f32, usize), String> {
+        let (mut loss, mut images) = (0.0, 0);
+        let eps = self.r.train.label_smoothing;
+        for _ in 0..accum {
+            let (x, y) = self
+                .rx
+                .recv()
+                .map_err(|_| "the batch thread stopped".to_string())?;
+            loss += self
+                .step_run
+                .run(&self.vit, &self.p, &x, &y, eps, &mut self.grads);
+            images += y.len();
+        }
+        if accum > 1 {
+            let s = 1.0 / accum as f32;
+            self.grads.iter_mut().for_each(|g| *g *= s);
+        }
+        Ok((loss / accum as f32, images))
+    }
+
+    /// Top-1 accuracy and the loss on the validation images.
+    fn evaluate(&mut self, step: usize) -> Result<Event, String> {
+        let plain = self.r.batch_spec(false);
+        let (acc, val_loss, _) = evaluate(&self.vit, &self.p, self.val, &plain);
+        self.val_accuracy = acc;
+        let metrics = crate::train::events::EvalMetrics {
+            name: "accuracy".into(),
+            model: "vit".into(),
+            data: format!("{}/val", self.r.data.dir.display()),
+            results: serde_json::json!({"top1": acc, "images": self.val.len()}),
+            time: now(),
+        };
+        Ok(Event::Eval {
+            step,
+            val_loss,
+            sample: format!("val accuracy {:.2}%", 100.0 * acc),
+            metrics: Some(metrics),
+        })
+    }
+
+    fn checkpoint(&mut self, step: usize, opt: &AdamW) -> Result<PathBuf, String> {
+        save_checkpoint(self.run, self.r, self.classes, &self.p, opt, step)
+    }
 }
 
 #[cfg(test)]
