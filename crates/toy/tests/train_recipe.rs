@@ -108,3 +108,53 @@ fn unknown_keys_and_bad_values_are_errors_naming_them() {
         .to_string();
     assert!(e.contains("broken.toml"), "{e}");
 }
+
+/// Every RoPE family trains from a recipe (`model.arch = "qwen2"`, `"qwen3"` with heads wider
+/// than d_model / n_head), and its export loads in the inference engine as that family with
+/// the trainer's logits.
+#[test]
+fn qwen2_and_qwen3_recipes_train_and_export_as_their_family() {
+    use std::sync::Arc;
+    use toy::gguf::GgufFile;
+    use toy::model::{Logits, Model};
+    use toy::train::TrainModel;
+    for (arch, extra) in [("qwen2", false), ("qwen3", true)] {
+        let mut sets = vec![
+            format!("model.arch={arch}"),
+            "model.vocab=40".into(),
+            "model.d_model=32".into(),
+            "model.n_head=4".into(),
+            "model.n_kv_head=2".into(),
+            "model.ctx=8".into(),
+        ];
+        if extra {
+            sets.push("model.head_dim=12".into());
+        }
+        let r = Recipe::load(&recipe_path("tiny.toml"), &sets).expect(arch);
+        let c = r.model_config();
+        assert_eq!(c.arch.name(), arch);
+        assert_eq!(c.head_dim(), if extra { 12 } else { 8 });
+        let mut m = TrainModel::try_init(c.clone(), 1, 3).unwrap();
+        // weights off their init, so biases and norms carry signal
+        for (i, v) in m.params.iter_mut().enumerate() {
+            *v += 0.05 * ((i * 7919 % 101) as f32 / 50.0 - 1.0);
+        }
+        let toks = [1u32, 5, 9, 2, 33, 7];
+        let want = m.logits_last(&toks).to_vec();
+        let mut bytes = Vec::new();
+        toy::train::export::to_gguf(&m, &[], "t")
+            .unwrap()
+            .write_to(&mut bytes)
+            .unwrap();
+        let model = Model::from_gguf(Arc::new(GgufFile::from_bytes(bytes).unwrap())).unwrap();
+        assert_eq!(model.cfg.arch.name(), arch);
+        assert_eq!(model.cfg.head_dim, c.head_dim());
+        let mut st = model.new_state(8, 8);
+        let got = model.forward(&mut st, &toks, Logits::Last).unwrap();
+        let err = want
+            .iter()
+            .zip(got)
+            .fold(0f32, |a, (x, y)| a.max((x - y).abs()));
+        assert!(err < 1e-2, "{arch}: exported logits off by {err}");
+    }
+}

@@ -127,7 +127,9 @@ impl HybridConfig {
             ("conv_kernel", m.conv_kernel.is_some()),
         ];
         if m.arch != Arch::Qwen35 {
-            return match given.iter().find(|(_, set)| *set) {
+            // a head size of its own is any RoPE family's (Qwen3's); the rest is the hybrid's
+            let own_head = |k: &str| k == "head_dim" && !m.arch.is_gpt2();
+            return match given.iter().find(|(k, set)| *set && !own_head(k)) {
                 Some((k, _)) => Err(format!(
                     "model.{k} is for arch = \"qwen35\", not {:?}",
                     m.arch.name()

@@ -54,7 +54,8 @@ pub struct ModelSection {
     pub layers: Option<Vec<String>>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub full_attention_interval: Option<usize>,
-    /// qwen35 attention head size (default d_model / n_head) and rotary dims (head_dim / 4).
+    /// The attention head size (default d_model / n_head; any RoPE family, e.g. qwen3 with
+    /// heads wider than d_model / n_head) and qwen35's rotary dims (head_dim / 4).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub head_dim: Option<usize>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -234,7 +235,7 @@ impl Recipe {
             tied: m.tied || m.arch == Arch::Gpt2,
             // checked by `validate` when the recipe was parsed
             hybrid: HybridConfig::from_section(m).ok().flatten(),
-            head_dim: None,
+            head_dim: m.head_dim.filter(|_| m.arch != Arch::Qwen35),
             rope_freqs: None,
             ctx_train: None,
         }
