@@ -4,8 +4,9 @@
 //! rejected). LoRA's scale is alpha / r, or alpha / sqrt(r) with `rslora` (arXiv 2312.03732).
 
 use super::sft::OnLong;
+use crate::model::tensors::part_names;
+use crate::model::Arch;
 use crate::train::recipe::{parse_toml, OptimSection, RecipeError};
-use crate::train::QWEN35_LINEAR;
 use serde::{Deserialize, Serialize};
 use std::path::{Path, PathBuf};
 
@@ -173,7 +174,10 @@ impl FinetuneRecipe {
                 ));
             }
         }
-        let known = |t: &str| ALL_LINEAR.contains(&t) || QWEN35_LINEAR.contains(&t);
+        let all = [Arch::Llama, Arch::Gpt2, Arch::Qwen35]
+            .map(part_names)
+            .concat();
+        let known = |t: &str| all.contains(&t);
         for t in self.targets() {
             if t != "all-linear" && !known(&t) {
                 let why = if t == "token_embd" || t == "output" {
@@ -182,7 +186,10 @@ impl FinetuneRecipe {
                     ""
                 };
                 return bad(format!(
-                    "finetune.targets: no part {t:?}{why}; expected some of {ALL_LINEAR:?} (llama) or {QWEN35_LINEAR:?} (qwen35)"
+                    "finetune.targets: no part {t:?}{why}; expected some of {:?} (llama, qwen2, qwen3), {:?} (gpt2) or {:?} (qwen35)",
+                    part_names(Arch::Llama),
+                    part_names(Arch::Gpt2),
+                    part_names(Arch::Qwen35)
                 ));
             }
         }

@@ -14,6 +14,7 @@ mod parts;
 pub mod qwen35;
 mod state;
 pub mod tap;
+pub mod tensors;
 pub mod weights;
 
 pub use config::{Arch, Config, KNOWN_ARCHS};

@@ -7,9 +7,10 @@
 //! hybrid trainer's (`hybrid_params.rs`) but for `ssm_a`, stored as -exp(A_log).
 
 use super::lin::{FrozenMat, Lin, LoraPart, Part};
-use super::params::{block_parts, Layout, LoraRanges};
+use super::params::{Layout, LoraRanges};
 use super::{HybridConfig, MixerKind, ModelConfig, TrainError};
 use crate::gguf::GgufFile;
+use crate::model::tensors::Part as TablePart;
 use crate::model::{Arch, Config, LayerKind};
 use std::sync::Arc;
 use tinynn::kernels::repack::Packed;
@@ -194,12 +195,12 @@ pub(crate) fn frozen_mat(
 pub(crate) fn frozen_lin(
     file: &Arc<GgufFile>,
     l: usize,
-    parts: &[(&str, usize, usize)],
+    parts: &[TablePart],
     lora: &[LoraRanges],
     scale: f32,
 ) -> Result<Lin, TrainError> {
     let mut out = Vec::with_capacity(parts.len());
-    for &(name, rows, cols) in parts {
+    for &TablePart { name, rows, cols } in parts {
         let full = format!("blk.{l}.{name}.weight");
         let mat = frozen_mat(file, &full, rows, cols)?;
         let lora = lora.iter().find(|a| a.base == full).map(|a| LoraPart {
@@ -216,41 +217,23 @@ pub(crate) fn frozen_lin(
     }
     Ok(Lin::Frozen {
         parts: out,
-        n_in: parts[0].2,
-        n_out: parts.iter().map(|p| p.1).sum(),
+        n_in: parts[0].cols,
+        n_out: parts.iter().map(|p| p.rows).sum(),
     })
 }
 
-/// Block l's four products as frozen layers of the base, with the adapters `lora` on the
-/// parts they name, each scaled by `scale`.
+/// Block l's products (`ModelConfig::products`, the table every family's blocks read) as
+/// frozen layers of the base, with the adapters `lora` on the parts they name, each scaled by
+/// `scale`.
 pub(crate) fn frozen_lins(
     file: &Arc<GgufFile>,
     cfg: &ModelConfig,
     l: usize,
     lora: &[LoraRanges],
     scale: f32,
-) -> Result<[Lin; 4], TrainError> {
-    let (c, f, d) = (cfg.d_model, cfg.d_ff, cfg.head_dim());
-    let (q, kv) = (cfg.n_head * d, cfg.n_kv_head * d);
-    let shapes: [&[(usize, usize)]; 4] = match cfg.arch.is_gpt2() {
-        false => [
-            &[(q, c), (kv, c), (kv, c)],
-            &[(c, q)],
-            &[(f, c), (f, c)],
-            &[(c, f)],
-        ],
-        true => [&[(q + 2 * kv, c)], &[(c, q)], &[(f, c)], &[(c, f)]],
-    };
-    let mut out = Vec::with_capacity(4);
-    for (names, shapes) in block_parts(cfg.arch).iter().zip(shapes) {
-        let parts: Vec<_> = names
-            .iter()
-            .zip(shapes)
-            .map(|(n, &(rows, cols))| (*n, rows, cols))
-            .collect();
-        out.push(frozen_lin(file, l, &parts, lora, scale)?);
-    }
-    Ok(out
-        .try_into()
-        .unwrap_or_else(|_| unreachable!("four products")))
+) -> Result<Vec<Lin>, TrainError> {
+    cfg.products(l)
+        .iter()
+        .map(|parts| frozen_lin(file, l, parts, lora, scale))
+        .collect()
 }

@@ -178,7 +178,10 @@ impl Block {
     }
 
     /// Replaces the four products (qkv, attn_output, ffn_up, ffn_down) with frozen ones.
-    pub fn freeze(&mut self, lins: [Lin; 4]) {
+    pub fn freeze(&mut self, lins: Vec<Lin>) {
+        let lins: [Lin; 4] = lins
+            .try_into()
+            .unwrap_or_else(|_| unreachable!("the table gives a block four products"));
         [self.qkv, self.attn_output, self.ffn_up, self.ffn_down] = lins;
     }
 

@@ -1,5 +1,7 @@
 //! The shape of a trainable model, and the errors training code returns.
 
+use crate::model::tensors::{products, BlockShape, Part};
+use crate::model::LayerKind;
 use serde::{Deserialize, Serialize};
 
 pub use super::hybrid_config::{HybridConfig, MixerKind};
@@ -63,6 +65,27 @@ impl ModelConfig {
             (None, Some(d)) => d,
             (None, None) => self.d_model / self.n_head.max(1),
         }
+    }
+
+    /// The shape the block products' table reads (`model::tensors`).
+    pub fn block_shape(&self) -> BlockShape {
+        BlockShape {
+            c: self.d_model,
+            f: self.d_ff,
+            h: self.n_head,
+            hkv: self.n_kv_head,
+            d: self.head_dim(),
+            gdn: self.hybrid.as_ref().map(|h| h.gdn_shape(self.norm_eps)),
+        }
+    }
+
+    /// Block l's products, each its parts (`model::tensors::products`).
+    pub fn products(&self, l: usize) -> Vec<Vec<Part>> {
+        let kind = match self.hybrid.as_ref().map(|h| h.layers[l]) {
+            Some(MixerKind::Gdn) => LayerKind::Gdn,
+            _ => LayerKind::Attention,
+        };
+        products(self.arch, kind, &self.block_shape())
     }
 
     /// The context the model is for: `ctx_train`, else the training ctx.

@@ -102,7 +102,7 @@ impl HybridBlock {
         }
     }
 
-    /// A LoRA run's frozen products of this block, in `hybrid_lora::products` order: the
+    /// A LoRA run's frozen products of this block, in the order of the table of products (`model::tensors`): the
     /// mixer's, then ffn_gate|ffn_up and ffn_down.
     pub fn freeze(&mut self, mut lins: Vec<Lin>) {
         let down = lins.pop().expect("ffn_down");

@@ -1,67 +1,16 @@
 //! LoRA on a qwen35 hybrid base kept as stored: the layout of such a run (the blocks' small
-//! tensors, as f32 params the trainer keeps frozen, and the adapters) and the blocks' frozen
-//! products. The products and their GGUF part names (llama.cpp `src/models/qwen35.cpp`):
-//! a GDN layer's attn_qkv, attn_gate, ssm_beta, ssm_alpha and ssm_out; an attention layer's
-//! attn_q|attn_k|attn_v (q with its gate heads) and attn_output; every layer's
-//! ffn_gate|ffn_up and ffn_down. The conv, dt bias, A_log and the norms stay f32, frozen.
-//! Letters: C width, F MLP width, H / Hkv heads, D head size, Hk / Hv GDN key / value heads,
-//! Dk / Dv their sizes, W = 2 Hk Dk + Hv Dv, VW = Hv Dv.
+//! tensors, as f32 params the trainer keeps frozen, and the adapters). The products and
+//! their GGUF part names are the table's (`model::tensors`, llama.cpp
+//! `src/models/qwen35.cpp`): a GDN layer's attn_qkv, attn_gate, ssm_beta, ssm_alpha and
+//! ssm_out; an attention layer's attn_q|attn_k|attn_v (q with its gate heads) and
+//! attn_output; every layer's ffn_gate|ffn_up and ffn_down. The conv, dt bias, A_log and the
+//! norms stay f32, frozen.
 
-use super::base::frozen_lin;
 use super::hybrid_params::{AttnRanges, GdnRanges, HybridRanges, MixerRanges};
-use super::lin::Lin;
 use super::params::{targeted, Init, Layout, LoraRanges};
-use super::{MixerKind, ModelConfig, TrainError};
-use crate::gguf::GgufFile;
+use super::ModelConfig;
 use std::collections::HashMap;
 use std::ops::Range;
-use std::sync::Arc;
-
-/// Every product part of a qwen35 block, as `targets` names them.
-pub const QWEN35_LINEAR: [&str; 12] = [
-    "attn_qkv",
-    "attn_gate",
-    "ssm_beta",
-    "ssm_alpha",
-    "ssm_out",
-    "attn_q",
-    "attn_k",
-    "attn_v",
-    "attn_output",
-    "ffn_gate",
-    "ffn_up",
-    "ffn_down",
-];
-
-/// Block l's products, each as its parts (part name, rows, cols): the mixer's, then the MLP's
-/// two.
-pub(crate) fn products(cfg: &ModelConfig, l: usize) -> Vec<Vec<(&'static str, usize, usize)>> {
-    let h = cfg.hybrid.as_ref().expect("a qwen35 config");
-    let (c, f) = (cfg.d_model, cfg.d_ff);
-    let mut p = match h.layers[l] {
-        MixerKind::Gdn => {
-            let (hv, vw) = (h.gdn_value_heads, h.gdn_value_heads * h.gdn_value_dim);
-            let w = 2 * h.gdn_key_heads * h.gdn_key_dim + vw;
-            vec![
-                vec![("attn_qkv", w, c)],
-                vec![("attn_gate", vw, c)],
-                vec![("ssm_beta", hv, c)],
-                vec![("ssm_alpha", hv, c)],
-                vec![("ssm_out", c, vw)],
-            ]
-        }
-        MixerKind::Attn => {
-            let (q, kv) = (cfg.n_head * h.head_dim, cfg.n_kv_head * h.head_dim);
-            vec![
-                vec![("attn_q", 2 * q, c), ("attn_k", kv, c), ("attn_v", kv, c)],
-                vec![("attn_output", c, q)],
-            ]
-        }
-    };
-    p.push(vec![("ffn_gate", f, c), ("ffn_up", f, c)]);
-    p.push(vec![("ffn_down", c, f)]);
-    p
-}
 
 impl Layout {
     /// A LoRA run's layout on a qwen35 base (see [`Layout::new_lora`] for the llama one):
@@ -73,12 +22,12 @@ impl Layout {
         // old range start -> new range, for the tensors this layout keeps
         let mut moved: HashMap<usize, Range<usize>> = HashMap::new();
         for (l, hr) in full.hybrid.iter().enumerate() {
-            let prods = products(cfg, l);
+            let prods = cfg.products(l);
             let is_product = |name: &str| {
                 prods
                     .iter()
                     .flatten()
-                    .any(|p| name == format!("blk.{l}.{}.weight", p.0))
+                    .any(|p| name == format!("blk.{l}.{}.weight", p.name))
             };
             let prefix = format!("blk.{l}.");
             for (info, init) in full.infos.iter().zip(&full.inits) {
@@ -90,12 +39,12 @@ impl Layout {
             let remap = |r: &Range<usize>| moved.get(&r.start).cloned().unwrap_or(0..0);
             lay.hybrid.push(remapped(hr, remap));
             let mut adapters = Vec::new();
-            for &(part, rows, cols) in prods.iter().flatten() {
-                if !targeted(targets, part) {
+            for p in prods.iter().flatten() {
+                if !targeted(targets, p.name) {
                     continue;
                 }
-                let base = format!("blk.{l}.{part}.weight");
-                let (k, m, r) = (cols as u64, rows as u64, rank as u64);
+                let base = format!("blk.{l}.{}.weight", p.name);
+                let (k, m, r) = (p.cols as u64, p.rows as u64, rank as u64);
                 let bound = 1.0 / (k as f32).sqrt();
                 let init = Init::Uniform(bound);
                 let a = lay.push(format!("{base}.lora_a"), vec![k, r], true, init);
@@ -137,19 +86,4 @@ fn remapped(hr: &HybridRanges, remap: impl Fn(&Range<usize>) -> Range<usize>) ->
         ffn_up: remap(&hr.ffn_up),
         ffn_down: remap(&hr.ffn_down),
     }
-}
-
-/// Block l's products as frozen layers of the base with the adapters `lora`, in
-/// [`products`] order.
-pub(crate) fn hybrid_frozen_lins(
-    file: &Arc<GgufFile>,
-    cfg: &ModelConfig,
-    l: usize,
-    lora: &[LoraRanges],
-    scale: f32,
-) -> Result<Vec<Lin>, TrainError> {
-    products(cfg, l)
-        .iter()
-        .map(|parts| frozen_lin(file, l, parts, lora, scale))
-        .collect()
 }

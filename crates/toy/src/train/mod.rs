@@ -40,7 +40,6 @@ pub mod warm_start;
 
 pub use base::config_from_gguf as base_config;
 pub use config::{Arch, HybridConfig, MixerKind, ModelConfig, TrainError};
-pub use hybrid_lora::QWEN35_LINEAR;
 pub use model::{LoraSpec, TrainModel};
 pub use params::ParamInfo;
 

@@ -115,10 +115,7 @@ impl TrainModel {
                 lora.rank, cfg.d_model
             )));
         }
-        let known: &[&str] = match cfg.hybrid {
-            None => &super::params::block_parts(cfg.arch).concat(),
-            Some(_) => &super::hybrid_lora::QWEN35_LINEAR,
-        };
+        let known = crate::model::tensors::part_names(cfg.arch);
         if let Some(t) = lora
             .targets
             .iter()

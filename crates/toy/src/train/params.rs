@@ -7,7 +7,7 @@
 //! ffn_gate, ffn_up (2F, C).
 
 use super::hybrid_params::HybridRanges;
-use super::{Arch, ModelConfig};
+use super::ModelConfig;
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use std::ops::Range;
@@ -66,27 +66,6 @@ pub(crate) struct LoraRanges {
     pub base: String,
     pub a: Range<usize>,
     pub b: Range<usize>,
-}
-
-/// The GGUF names of the parts of each fused product of a llama-family block, in output
-/// order: qkv, attn_output, gate|up, ffn_down.
-pub(crate) const LLAMA_PARTS: [&[&str]; 4] = [
-    &["attn_q", "attn_k", "attn_v"],
-    &["attn_output"],
-    &["ffn_gate", "ffn_up"],
-    &["ffn_down"],
-];
-
-/// GPT-2's: the fused attn_qkv, attn_output, ffn_up, ffn_down.
-const GPT2_PARTS: [&[&str]; 4] = [&["attn_qkv"], &["attn_output"], &["ffn_up"], &["ffn_down"]];
-
-/// The parts of each of a block's four products for `arch` (not the hybrid's).
-pub(crate) fn block_parts(arch: Arch) -> [&'static [&'static str]; 4] {
-    if arch.is_gpt2() {
-        GPT2_PARTS
-    } else {
-        LLAMA_PARTS
-    }
 }
 
 pub(crate) struct Layout {
@@ -300,7 +279,7 @@ impl Layout {
         for (info, &init) in full.infos.iter().zip(&full.inits) {
             let blk = block_of(&info.name);
             if let Some(l) = open.filter(|&l| blk != Some(l)) {
-                lay.push_adapters(&full, cfg, targets, rank, l);
+                lay.push_adapters(cfg, targets, rank, l);
             }
             open = blk;
             if info.dims.len() == 1 || info.name == "position_embd.weight" {
@@ -309,7 +288,7 @@ impl Layout {
             }
         }
         if let Some(l) = open {
-            lay.push_adapters(&full, cfg, targets, rank, l);
+            lay.push_adapters(cfg, targets, rank, l);
         }
         // a range of the full layout -> the same tensors here (empty for the matrices)
         let map = |r: &Range<usize>| -> Range<usize> {
@@ -350,24 +329,15 @@ impl Layout {
     }
 
     /// Block l's adapters (A then B of each targeted part, in product order) of a LoRA
-    /// layout, with the dims of the parts in `full`.
-    fn push_adapters(
-        &mut self,
-        full: &Layout,
-        cfg: &ModelConfig,
-        targets: &[String],
-        rank: usize,
-        l: usize,
-    ) {
+    /// layout, with the parts' dims from the table (`model::tensors`).
+    fn push_adapters(&mut self, cfg: &ModelConfig, targets: &[String], rank: usize, l: usize) {
         let mut adapters = Vec::new();
-        for part in block_parts(cfg.arch).iter().flat_map(|p| p.iter()) {
-            if !targeted(targets, part) {
+        for part in cfg.products(l).into_iter().flatten() {
+            if !targeted(targets, part.name) {
                 continue;
             }
-            let base = format!("blk.{l}.{part}.weight");
-            let info = full.infos.iter().find(|i| i.name == base);
-            let d = &info.expect("a block's layout has each of its parts").dims;
-            let (k, m, r) = (d[0], d[1], rank as u64);
+            let base = format!("blk.{l}.{}.weight", part.name);
+            let (k, m, r) = (part.cols as u64, part.rows as u64, rank as u64);
             let bound = 1.0 / (k as f32).sqrt();
             let a = self.push(
                 format!("{base}.lora_a"),

@@ -84,7 +84,7 @@ impl Net {
                 for (l, blk) in blocks.iter_mut().enumerate() {
                     blk.r = layout.hybrid[l].clone();
                     let lora = &layout.lora[l];
-                    let lins = super::hybrid_lora::hybrid_frozen_lins(file, cfg, l, lora, scale)?;
+                    let lins = super::base::frozen_lins(file, cfg, l, lora, scale)?;
                     blk.freeze(lins);
                 }
             }
