@@ -7,16 +7,24 @@ this file imports):
   model HF_DIR --family F      SmolLM2's rebuilt tokenizer and a random tiny F model (f32, seeded;
                                every RMSNorm weight moved away from 1, Qwen2's q/k/v biases
                                nonzero), saved as an HF checkpoint
+  convert LLAMA_CPP_DIR ARGS.. llama.cpp's convert_hf_to_gguf.py ARGS.., with one transformers 5
+                               quirk undone (see cmd_convert)
   reference HF_DIR OUT_JSON    transformers' next-token log-probabilities of IDS (float64 of its
-                               float32 logits), their sum and mean NLL, and the NLL of an
-                               "ablated" model without the family's own part (llama3: no rope
-                               scaling; qwen2: no q/k/v biases; qwen3: no q/k norms), to show
+                               float32 logits), their sum and mean NLL; the same with K and V
+                               rounded to f16 where attention reads them (toy's KV cache); and the
+                               NLL of an "ablated" model without the family's own part (llama3: no
+                               rope scaling; qwen2: no q/k/v biases; qwen3: no q/k norms), to show
                                that the check would see a reader that ignored it
   check-gguf GGUF HF_DIR --family F
                                the converted GGUF has the family's parts: llama3 a rope_freqs
                                tensor with divisors != 1 (and equal to transformers' own
                                llama3 inverse frequencies), qwen2 the q/k/v biases, qwen3 the q/k
                                norms and key_length 32 != n_embd / n_head
+  mutate GGUF OUT --family F   a copy of the GGUF without the family's part, as the ablation
+                               (llama3: rope_freqs all 1; qwen2: q/k/v biases 0; none for qwen3,
+                               whose ablation, no q/k norm at all, is no tensor change): `toy
+                               score` on it must give transformers' ablated NLL, so toy is seen
+                               to read that part, and the check to tell the two apart
   compare OUT_DIR --toy TOY    `toy score` (per-token log-probs and mean NLL) and `toy finetune`
                                (step-0 held-out loss and step-1 training loss of a full and a LoRA
                                run on the one {"tokens"} record) on every family's GGUF against
@@ -44,9 +52,15 @@ N_IDS = 96
 FAMILIES = ("llama3", "qwen2", "qwen3")
 # relative tolerance on a mean NLL (about ln 49152 = 10.8 here, so 1e-4 is ~1e-3 absolute)
 REL_TOL = 1e-4
-# `toy score` keeps its KV cache in f16 (transformers and the trainer are f32 throughout): its
-# per-token log-probs get their own, looser bound
-SCORE_TOKEN_TOL = 2e-3
+# `toy score` keeps its KV cache in f16 (transformers and the trainer are f32 throughout). Its
+# mean NLL still meets REL_TOL (measured 1.7e-6 .. 1.4e-5), but single log-probs move by up to
+# 6.3e-3 (qwen2, whose k/v biases make large keys). So per token it is held to transformers
+# with K and V rounded to f16 as they enter attention (measured 1.2e-4 .. 3.8e-4), and only
+# loosely to plain f32 transformers.
+SCORE_TOKEN_TOL_KV16 = 1e-3
+SCORE_TOKEN_TOL_F32 = 1e-2
+# an ablation must move the mean NLL by this many tolerances (measured 88x .. 199x)
+SENSITIVITY = 10
 
 
 def q35():
@@ -139,6 +153,27 @@ def cmd_model(args):
 
 
 # ------------------------------------------------------------------------------------------------
+# convert
+
+def cmd_convert(args):
+    """The converter recognises the tokenizer by the ids its AutoTokenizer gives (the "smollm"
+    chkhsh). transformers 5 lists model_type "qwen2" in MODELS_WITH_INCORRECT_HUB_TOKENIZER_CLASS,
+    so for a Qwen2 checkpoint AutoTokenizer ignores tokenizer_config.json's class and builds a
+    Qwen2Tokenizer from the vocabulary and merges, with Qwen2's own pre-tokenizer regex in place
+    of SmolLM2's tokenizer.json one: other ids, an unknown chkhsh, and the converter stops ("BPE
+    pre-tokenizer was not recognized"). Here the checkpoint's tokenizer really is SmolLM2's, so
+    qwen2 is taken off that list for this process before the converter runs as __main__."""
+    import runpy
+    import transformers.models.auto.tokenization_auto as ta
+    ta.MODELS_WITH_INCORRECT_HUB_TOKENIZER_CLASS.discard("qwen2")
+    script = os.path.join(args.llama_cpp_dir, "convert_hf_to_gguf.py")
+    sys.path.insert(0, args.llama_cpp_dir)
+    sys.argv = [script] + args.args
+    runpy.run_path(script, run_name="__main__")
+    return 0
+
+
+# ------------------------------------------------------------------------------------------------
 # reference
 
 def nll_of(model, ids):
@@ -188,6 +223,21 @@ def cmd_reference(args):
             layer.self_attn.k_norm = torch.nn.Identity()
     _, abl_mean, _ = nll_of(ablated, ids)
 
+    # K and V rounded to f16 where attention reads them, as in toy's (and llama.cpp's) f16 KV
+    # cache; the modeling module's eager attention is swapped for this run only
+    mod = sys.modules[type(model).__module__]
+    eager = mod.eager_attention_forward
+
+    def eager_kv16(module, query, key, value, *a, **kw):
+        return eager(module, query, key.half().float(), value.half().float(), *a, **kw)
+
+    model = cls.from_pretrained(args.hf_dir, dtype=torch.float32, attn_implementation="eager").eval()
+    mod.eager_attention_forward = eager_kv16
+    try:
+        _, kv16_mean, kv16_tok = nll_of(model, ids)
+    finally:
+        mod.eager_attention_forward = eager
+
     ref = {
         "about": "transformers' next-token NLL of ids (natural log, float64 of float32 logits); "
                  "token_logprobs[i] = log p(ids[i+1] | ids[..=i]); made by scripts/families-test.sh",
@@ -197,6 +247,8 @@ def cmd_reference(args):
         "nll_mean": nll_mean,
         "token_logprobs": tok,
         "ablation": {"what": what, "nll_mean": abl_mean},
+        "kv16": {"about": "the same with K and V rounded to f16 as attention reads them",
+                 "nll_mean": kv16_mean, "token_logprobs": kv16_tok},
         "versions": {"torch": torch.__version__, "transformers": transformers.__version__},
         "hf_config": hf_config,
     }
@@ -218,6 +270,8 @@ def cmd_check_gguf(args):
     bad = []
     if arch != want_arch:
         bad.append(f"architecture {arch}, expected {want_arch}")
+    if m.kv.get("tokenizer.ggml.pre") != "smollm":
+        bad.append(f"tokenizer.ggml.pre {m.kv.get('tokenizer.ggml.pre')!r}, expected 'smollm'")
     names = set(m.t)
     if args.family == "llama3":
         f = m.t.get("rope_freqs.weight")
@@ -265,6 +319,27 @@ def cmd_check_gguf(args):
     print(f"check-gguf: {args.family}: {arch}, {len(names)} tensors"
           f"{', ' + '; '.join(bad) if bad else ', ok'}", file=sys.stderr)
     return 1 if bad else 0
+
+
+# ------------------------------------------------------------------------------------------------
+# mutate
+
+MUTANT = {"llama3": ("rope_freqs.weight", 1.0), "qwen2": (".bias", 0.0)}
+
+
+def cmd_mutate(args):
+    import gguf
+    suffix, value = MUTANT[args.family]
+    shutil.copyfile(args.gguf, args.out)
+    r = gguf.GGUFReader(args.out, "r+")
+    hit = [t.name for t in r.tensors if t.name.endswith(suffix)]
+    for t in r.tensors:
+        if t.name.endswith(suffix):
+            t.data[...] = value
+    r.data.flush()
+    del r
+    print(f"mutate: {args.family}: {', '.join(hit)} set to {value:g} -> {args.out}", file=sys.stderr)
+    return 0 if hit else 1
 
 
 # ------------------------------------------------------------------------------------------------
@@ -367,6 +442,7 @@ def cmd_compare(args):
             lp = toy_score(args.toy, gguf, ids)
             row["score"] = -math.fsum(lp) / len(lp)
             row["score_tok"] = max(abs(a - b) for a, b in zip(lp, ref["token_logprobs"]))
+            row["score_tok16"] = max(abs(a - b) for a, b in zip(lp, ref["kv16"]["token_logprobs"]))
             row["ft_eval0"], row["ft_step1"] = toy_finetune(args.toy, gguf, ids, out_dir / f"ft-{family}-full",
                                                             family, "full")
             if lora:
@@ -378,14 +454,29 @@ def cmd_compare(args):
             continue
         abl = ref["ablation"]
         row["abl"], row["abl_what"] = abl["nll_mean"], abl["what"]
+        mutant = out_dir / f"tiny-{family}-ablated.f32.gguf"
+        if family in MUTANT:
+            try:
+                mlp = toy_score(args.toy, mutant, ids)
+            except (RuntimeError, FileNotFoundError) as e:
+                failures.append(f"{family}: toy score on {mutant.name}: {e}")
+            else:
+                row["abl_toy"] = -math.fsum(mlp) / len(mlp)
+                if rel(row["abl_toy"], row["abl"]) > REL_TOL:
+                    failures.append(f"{family}: toy score on {mutant.name} {row['abl_toy']:.6f} against "
+                                    f"transformers' ablated {row['abl']:.6f}")
         for key in ("score", "ft_eval0", "ft_step1", "lora_eval0", "lora_step1"):
             if key in row and rel(row[key], want) > REL_TOL:
                 failures.append(f"{family}: {key} {row[key]:.6f} against transformers' {want:.6f} "
                                 f"(relative {rel(row[key], want):.2e} > {REL_TOL:g})")
-        if row["score_tok"] > SCORE_TOKEN_TOL:
-            failures.append(f"{family}: toy score per-token max |dlogprob| {row['score_tok']:.2e} > {SCORE_TOKEN_TOL:g}")
+        if row["score_tok16"] > SCORE_TOKEN_TOL_KV16:
+            failures.append(f"{family}: toy score per-token max |dlogprob| {row['score_tok16']:.2e} against "
+                            f"transformers with an f16 KV > {SCORE_TOKEN_TOL_KV16:g}")
+        if row["score_tok"] > SCORE_TOKEN_TOL_F32:
+            failures.append(f"{family}: toy score per-token max |dlogprob| {row['score_tok']:.2e} against "
+                            f"f32 transformers > {SCORE_TOKEN_TOL_F32:g}")
         # the check sees the family's own part: without it the NLL moves by far more than REL_TOL
-        if rel(row["abl"], want) < 100 * REL_TOL:
+        if rel(row["abl"], want) < SENSITIVITY * REL_TOL:
             failures.append(f"{family}: ablation ({abl['what']}) moves the NLL by only "
                             f"{rel(row['abl'], want):.2e}: the check is not sensitive to it")
         rows.append(row)
@@ -393,10 +484,7 @@ def cmd_compare(args):
     def f(v, fmt):
         return fmt.format(v) if v is not None else "-"
 
-    cols = [("family", "{}"), ("hf", "{:.6f}"), ("score", "{:.6f}"), ("ft_step1", "{:.6f}")]
-    if lora:
-        cols.append(("lora_step1", "{:.6f}"))
-    head = ["family", "transformers NLL", "toy score NLL", "rel err", "max |dlogp| tok",
+    head = ["family", "transformers NLL", "toy score NLL", "rel err", "max |dlogp| f32 / f16-KV",
             "finetune step-1", "rel err", "eval step-0 rel"]
     if lora:
         head += ["LoRA step-1", "rel err"]
@@ -405,7 +493,7 @@ def cmd_compare(args):
     for r in rows:
         cells = [r["family"], f(r.get("hf"), "{:.6f}"), f(r.get("score"), "{:.6f}"),
                  f(rel(r["score"], r["hf"]) if "score" in r else None, "{:.1e}"),
-                 f(r.get("score_tok"), "{:.1e}"),
+                 (f(r.get("score_tok"), "{:.1e}") + " / " + f(r.get("score_tok16"), "{:.1e}")),
                  f(r.get("ft_step1"), "{:.6f}"),
                  f(rel(r["ft_step1"], r["hf"]) if "ft_step1" in r else None, "{:.1e}"),
                  f(rel(r["ft_eval0"], r["hf"]) if "ft_eval0" in r else None, "{:.1e}")]
@@ -418,7 +506,9 @@ def cmd_compare(args):
     for r in rows:
         if "abl" in r:
             print(f"  {r['family']}: {r['hf']:.6f} -> {r['abl']:.6f} with {r['abl_what']} "
-                  f"(relative {rel(r['abl'], r['hf']):.2e}, tolerance {REL_TOL:g})")
+                  f"(relative {rel(r['abl'], r['hf']):.2e}, tolerance {REL_TOL:g})"
+                  + (f"; toy score on the GGUF without it: {r['abl_toy']:.6f} (relative to "
+                     f"transformers' {rel(r['abl_toy'], r['abl']):.1e})" if "abl_toy" in r else ""))
     for msg in failures:
         print(f"FAIL {msg}")
     print(f"families: {len(FAMILIES) - len({m.split(':')[0] for m in failures})} of {len(FAMILIES)} "
@@ -433,6 +523,9 @@ def main():
     p.add_argument("hf_dir")
     p.add_argument("--family", choices=FAMILIES, required=True)
     p.add_argument("--tokenizer-gguf", default="models/SmolLM2-135M-Instruct.Q4_1.gguf")
+    p = sub.add_parser("convert")
+    p.add_argument("llama_cpp_dir")
+    p.add_argument("args", nargs=argparse.REMAINDER)
     p = sub.add_parser("reference")
     p.add_argument("hf_dir")
     p.add_argument("out_json")
@@ -441,12 +534,16 @@ def main():
     p.add_argument("gguf")
     p.add_argument("hf_dir")
     p.add_argument("--family", choices=FAMILIES, required=True)
+    p = sub.add_parser("mutate")
+    p.add_argument("gguf")
+    p.add_argument("out")
+    p.add_argument("--family", choices=FAMILIES, required=True)
     p = sub.add_parser("compare")
     p.add_argument("out_dir")
     p.add_argument("--toy", required=True)
     p.add_argument("--no-lora", action="store_true")
     args = ap.parse_args()
-    fn = {"model": cmd_model, "reference": cmd_reference, "check-gguf": cmd_check_gguf,
+    fn = {"model": cmd_model, "convert": cmd_convert, "reference": cmd_reference, "check-gguf": cmd_check_gguf, "mutate": cmd_mutate,
           "compare": cmd_compare}[args.cmd]
     return fn(args)
 

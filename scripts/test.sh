@@ -18,3 +18,5 @@ bash scripts/serve-openai-test.sh
 bash scripts/browser-test.sh
 # Qwen3.5 hybrids against transformers (a random tiny model converted by llama.cpp's converter)
 bash scripts/qwen35-test.sh
+# llama3 (rope_freqs) / qwen2 (biases) / qwen3 (q/k norms, head_dim) against transformers: toy score and toy finetune's step-1 loss
+bash scripts/families-test.sh
