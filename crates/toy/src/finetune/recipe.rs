@@ -10,17 +10,6 @@ use crate::train::recipe::{parse_toml, OptimSection, RecipeError};
 use serde::{Deserialize, Serialize};
 use std::path::{Path, PathBuf};
 
-/// Every linear product of a llama block, as GGUF names its parts.
-pub const ALL_LINEAR: [&str; 7] = [
-    "attn_q",
-    "attn_k",
-    "attn_v",
-    "attn_output",
-    "ffn_gate",
-    "ffn_up",
-    "ffn_down",
-];
-
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct BaseSection {
@@ -170,7 +159,8 @@ impl FinetuneRecipe {
         if let Targets::Named(n) = &f.targets {
             if n != "all-linear" {
                 return bad(format!(
-                    "finetune.targets = {n:?}: expected \"all-linear\" or a list of {ALL_LINEAR:?}"
+                    "finetune.targets = {n:?}: expected \"all-linear\" or a list of {:?}",
+                    part_names(Arch::Llama)
                 ));
             }
         }

@@ -243,16 +243,5 @@ pub fn finetune(
         stop_after: hooks.stop_after,
     };
     let r = lp.run(&mut task, &plan, start)?;
-    if r.finished {
-        lp.events.emit(Event::RunEnd {
-            step: plan.steps,
-            status: "done".into(),
-        })?;
-    }
-    Ok(Outcome {
-        steps_done: r.steps_done,
-        last_loss: lp.last_loss,
-        last_checkpoint: lp.last_checkpoint.clone(),
-        finished: r.finished,
-    })
+    Ok(lp.outcome(r, plan.steps)?)
 }

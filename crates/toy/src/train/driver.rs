@@ -17,7 +17,7 @@ use tinynn::optim::{clip_factor, lr_at, AdamW, AdamWConfig};
 
 use super::events::{now, Event, EventLog};
 use super::recipe::OptimSection;
-use super::trainer::TrainRunError;
+use super::trainer::{Outcome, TrainRunError};
 
 /// A task's side of a step.
 pub trait Task {
@@ -184,6 +184,24 @@ impl<'a> Loop<'a> {
             path: path.display().to_string(),
         })?;
         Ok(())
+    }
+
+    /// What a run of `total` steps that reached `r` ended with; a finished run's `run_end`
+    /// is logged.
+    pub fn outcome(&mut self, r: Reached, total: usize) -> Result<Outcome, TrainRunError> {
+        if r.finished {
+            let status = "done".to_string();
+            self.events.emit(Event::RunEnd {
+                step: total,
+                status,
+            })?;
+        }
+        Ok(Outcome {
+            steps_done: r.steps_done,
+            last_loss: self.last_loss,
+            last_checkpoint: self.last_checkpoint.clone(),
+            finished: r.finished,
+        })
     }
 
     /// Logs the run's end and returns the error for a non-finite `value`.

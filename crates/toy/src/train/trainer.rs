@@ -168,19 +168,7 @@ pub fn train(
         stop_after: hooks.stop_after,
     };
     let r = lp.run(&mut task, &plan, start)?;
-    if r.finished {
-        let status = "done".to_string();
-        lp.events.emit(Event::RunEnd {
-            step: total,
-            status,
-        })?;
-    }
-    Ok(Outcome {
-        steps_done: r.steps_done,
-        last_loss: lp.last_loss,
-        last_checkpoint: lp.last_checkpoint.clone(),
-        finished: r.finished,
-    })
+    lp.outcome(r, total)
 }
 
 /// A language model trained on token shards: what the loop asks of it.
