@@ -1,9 +1,14 @@
 //! `toy serve` end to end: the built binary starts, prints its URL, answers over HTTP, and
-//! refuses to start on a missing model with a clear error.
+//! refuses to start on a missing model with a clear error; a qwen35 hybrid's LoRA is served
+//! unmerged and answers as `toy generate --lora` does.
 
 mod common;
+#[path = "../../toy/tests/common/hybrid.rs"]
+mod hybrid;
+#[path = "../../toy/tests/common/synthetic.rs"]
+mod synthetic;
 
-use common::model;
+use common::{arg, model, model_path, toy_json, TempDir};
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::TcpStream;
 use std::process::{Child, Command, Stdio};
@@ -53,24 +58,13 @@ fn try_http(addr: &str, method: &str, path: &str, body: &str) -> Result<(u16, St
     Ok((status, body))
 }
 
-#[test]
-fn serve_prints_its_url_and_answers_openai_requests() {
-    let _one = one_server();
-    let runs = std::env::temp_dir().join(format!("toy-cli-serve-{}", std::process::id()));
+/// `toy serve ARGS --port 0` and the address it prints.
+fn serve(args: &[String], runs: &std::path::Path) -> (Running, String) {
     let mut child = Command::new(env!("CARGO_BIN_EXE_toy"))
-        .args([
-            "-t",
-            "2",
-            "serve",
-            "-m",
-            &model(),
-            "--port",
-            "0",
-            "--parallel",
-            "2",
-        ])
+        .args(["-t", "2", "serve", "--port", "0"])
+        .args(args)
         .arg("--runs-dir")
-        .arg(&runs)
+        .arg(runs)
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()
@@ -86,6 +80,15 @@ fn serve_prints_its_url_and_answers_openai_requests() {
         .unwrap_or_else(|| panic!("no URL in {line:?}"))
         .to_string();
     assert!(addr.starts_with("127.0.0.1:"), "binds loopback: {line}");
+    (server, addr)
+}
+
+#[test]
+fn serve_prints_its_url_and_answers_openai_requests() {
+    let _one = one_server();
+    let runs = std::env::temp_dir().join(format!("toy-cli-serve-{}", std::process::id()));
+    let args = ["-m", &model(), "--parallel", "2"].map(String::from);
+    let (server, addr) = serve(&args, &runs);
     assert_eq!(http(&addr, "GET", "/health", "").0, 200);
     let body = r#"{"messages":[{"role":"user","content":"Hi"}],"max_tokens":3,"temperature":0}"#;
     let (status, answer) = http(&addr, "POST", "/v1/chat/completions", body);
@@ -152,4 +155,83 @@ fn serve_keeps_serving_when_nobody_reads_its_output() {
     );
     drop(server);
     let _ = std::fs::remove_dir_all(runs);
+}
+
+/// A random rank-4 adapter (B nonzero) on every LoRA target of each layer of a qwen35 file:
+/// the GDN layers' projections and the attention layers' alike.
+fn hybrid_adapter(base: &toy::gguf::GgufFile) -> toy::finetune::adapter::LoraAdapter {
+    use toy::finetune::adapter::{LoraAdapter, LoraTensor};
+    let parts = toy::model::tensors::part_names(toy::model::Arch::Qwen35);
+    let mut rng = synthetic::Rng(0x2545_f491_4f6c_dd1d);
+    let tensors = base
+        .tensors
+        .iter()
+        .filter(|t| {
+            let part = t.name.split('.').nth(2).unwrap_or("");
+            t.name.starts_with("blk.") && t.dims.len() == 2 && parts.contains(&part)
+        })
+        .map(|t| {
+            let (n_in, n_out, rank) = (t.dims[0] as usize, t.dims[1] as usize, 4);
+            LoraTensor {
+                base: t.name.clone(),
+                n_in,
+                n_out,
+                rank,
+                a: (0..rank * n_in).map(|_| 0.3 * rng.next()).collect(),
+                b: (0..n_out * rank).map(|_| 0.3 * rng.next()).collect(),
+            }
+        })
+        .collect::<Vec<_>>();
+    assert!(tensors.len() > 8, "adapter on {} matrices", tensors.len());
+    LoraAdapter {
+        arch: "qwen35".into(),
+        alpha: 4.0,
+        tensors,
+    }
+}
+
+#[test]
+fn a_hybrid_lora_is_served_unmerged_and_answers_as_toy_generate_does() {
+    let _one = one_server();
+    let dir = TempDir::new("serve-hybrid-lora");
+    let smol = toy::gguf::GgufFile::open(&model_path()).expect("SmolLM2 opens");
+    let mut spec = hybrid::tiny();
+    spec.vocab = 49152;
+    spec.ctx = 1024;
+    let m = dir.write(
+        "hybrid.gguf",
+        hybrid::chat_gguf(&spec, &smol, tinynn::quant::GgmlType::Q8_0),
+    );
+    let base = toy::gguf::GgufFile::open(&m).expect("the hybrid opens");
+    let lora = dir.path("lora.gguf");
+    hybrid_adapter(&base)
+        .write(&lora)
+        .expect("writing the adapter");
+    let prompt = "The capital of France is";
+    let generate = |extra: &[&str]| {
+        let mut a = vec!["generate", "-m", &m.to_str().unwrap(), "-p", prompt];
+        a.extend_from_slice(&["-n", "12", "--temp", "0", "--json"]);
+        a.extend_from_slice(extra);
+        toy_json(&a)["text"].as_str().expect("text").to_string()
+    };
+    let want = generate(&["--lora", lora.to_str().unwrap()]);
+    assert_ne!(want, generate(&[]), "the adapter changes the greedy text");
+
+    let args = ["-m".into(), arg(&m), "--lora".into(), arg(&lora)];
+    let (server, addr) = serve(&args, &dir.path("runs"));
+    let complete = |scale: f32| {
+        let body = serde_json::json!({"prompt": prompt, "max_tokens": 12, "temperature": 0,
+            "lora": [{"id": 0, "scale": scale}]});
+        let (status, answer) = http(&addr, "POST", "/v1/completions", &body.to_string());
+        assert_eq!(status, 200, "{answer}");
+        let v: serde_json::Value = serde_json::from_str(&answer).expect("JSON answer");
+        v["choices"][0]["text"].as_str().expect("text").to_string()
+    };
+    assert_eq!(
+        complete(1.0),
+        want,
+        "served with the adapter != toy generate --lora"
+    );
+    assert_eq!(complete(0.0), generate(&[]), "scale 0 is the base");
+    drop(server);
 }

@@ -31,6 +31,7 @@ fn config(name: &str, arch: Arch) -> (ModelConfig, usize) {
         head_dim: None,
         rope_freqs: None,
         ctx_train: None,
+        inference_rounding: false,
     };
     (cfg, batch)
 }

@@ -13,10 +13,10 @@ use toy::train::checkpoint::{self, load_state};
 use toy::train::recipe::Recipe;
 use toy::train::run::RunDir;
 use toy::train::trainer::{train, Hooks};
-use toy::train::{Arch, MixerKind, TrainModel};
+use toy::train::{Arch, LayerKind, TrainModel};
 use train_common::*;
 
-use MixerKind::{Attn, Gdn};
+use LayerKind::{Attention as Attn, Gdn};
 
 fn recipe_path(name: &str) -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))

@@ -76,6 +76,18 @@ impl Attention {
         }
     }
 
+    /// Rounds the keys and values of qkv (N, S) to f16, as an f16 KV cache stores them (the
+    /// queries stay f32): a forward that sees what cached inference sees. The backward treats
+    /// the rounding as the identity (straight through).
+    pub fn round_kv_f16(&self, qkv: &mut [f32], n: usize) {
+        let (s, q) = (self.qkv_width(), self.n_head * self.head_dim);
+        for row in qkv[..n * s].chunks_exact_mut(s) {
+            row[q..]
+                .iter_mut()
+                .for_each(|v| *v = half::f16::from_f32(*v).to_f32());
+        }
+    }
+
     /// qkv (B*T, S) -> out (B*T, H*D), saving lse (B, H, T). One task per (sequence, head).
     pub fn forward(&self, qkv: &[f32], out: &mut [f32], lse: &mut [f32], b: usize, t: usize) {
         self.forward_packed(qkv, out, lse, b, t, None)

@@ -207,6 +207,7 @@ mod tests {
             head_dim: None,
             rope_freqs: None,
             ctx_train: None,
+            inference_rounding: false,
         };
         let (b, t) = (6, 12);
         let lens = [12usize, 3, 7, 0, 9, 5];

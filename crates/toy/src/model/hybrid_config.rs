@@ -7,14 +7,18 @@
 
 use super::ModelError;
 use crate::gguf::GgufFile;
+use serde::{Deserialize, Serialize};
 use tinynn::layers::gdn::GdnShape;
 
-/// What mixes the tokens in a layer.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+/// What mixes the tokens in a layer: the one layer-kind enum of inference, training, recipes
+/// (`"attn"`, `"gdn"`) and checkpoints.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub enum LayerKind {
     /// Softmax attention over a KV cache.
+    #[serde(rename = "attn")]
     Attention,
     /// A Gated DeltaNet layer with a fixed-size recurrent state.
+    #[serde(rename = "gdn")]
     Gdn,
 }
 

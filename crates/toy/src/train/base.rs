@@ -8,10 +8,10 @@
 
 use super::lin::{FrozenMat, Lin, LoraPart, Part};
 use super::params::{Layout, LoraRanges};
-use super::{HybridConfig, MixerKind, ModelConfig, TrainError};
+use super::{HybridConfig, ModelConfig, TrainError};
 use crate::gguf::GgufFile;
 use crate::model::tensors::Part as TablePart;
-use crate::model::{Arch, Config, LayerKind};
+use crate::model::{Arch, Config};
 use std::sync::Arc;
 use tinynn::kernels::repack::Packed;
 use tinynn::kernels::QMat;
@@ -64,6 +64,7 @@ pub fn config_from_gguf(file: &GgufFile, ctx: usize) -> Result<ModelConfig, Trai
         head_dim: own_head_dim.then_some(c.head_dim),
         rope_freqs,
         ctx_train: (c.ctx_train > ctx).then_some(c.ctx_train),
+        inference_rounding: false,
     })
 }
 
@@ -90,14 +91,7 @@ fn hybrid_config(c: &Config) -> Result<HybridConfig, TrainError> {
         .as_ref()
         .ok_or_else(|| bad("a qwen35 base without its ssm.* shape".into()))?;
     Ok(HybridConfig {
-        layers: c
-            .kinds
-            .iter()
-            .map(|k| match k {
-                LayerKind::Gdn => MixerKind::Gdn,
-                LayerKind::Attention => MixerKind::Attn,
-            })
-            .collect(),
+        layers: c.kinds.clone(),
         head_dim: c.head_dim,
         rope_dim: c.rope_dim,
         gdn_key_heads: g.hk,

@@ -140,6 +140,8 @@ pub(crate) struct Block {
     qk_norm: Option<QkNorm>,
     /// RoPE on q and k (all but gpt2, whose positions are learned).
     rope: bool,
+    /// K/V and GPT-2's GELU rounded as inference does (`ModelConfig::inference_rounding`).
+    inference_rounding: bool,
     qkv: Lin,
     attn_output: Lin,
     ffn_up: Lin,
@@ -170,6 +172,7 @@ impl Block {
                 hkv: cfg.n_kv_head,
             }),
             rope: !cfg.arch.is_gpt2(),
+            inference_rounding: cfg.inference_rounding,
             qkv: Lin::Dense(Linear::new(c, attn.qkv_width())),
             attn_output: Lin::Dense(Linear::new(cfg.n_head * d, c)),
             ffn_up: Lin::Dense(Linear::new(c, up)),
@@ -270,6 +273,9 @@ impl Block {
                 n,
             );
         }
+        if self.inference_rounding {
+            self.attn.round_kv_f16(&mut a.qkv, n);
+        }
         // (N, S) -> (N, H*D)
         self.attn
             .forward_packed(&a.qkv, &mut a.att, &mut a.lse, b, t, rope.pos);
@@ -310,6 +316,11 @@ impl Block {
         );
         match self.arch.is_gpt2() {
             false => swiglu_forward(&a.ff, &mut a.act, n, f),
+            true if self.inference_rounding => {
+                // ggml's GELU through f16 (the inference kernel); the backward stays exact
+                a.act[..n * f].copy_from_slice(&a.ff[..n * f]);
+                tinynn::kernels::act::gelu(&mut a.act[..n * f]);
+            }
             true => gelu_forward(&a.ff[..n * f], &mut a.act[..n * f]),
         }
         out[..n * c].copy_from_slice(&a.xm[..n * c]);

@@ -1,10 +1,9 @@
 //! The shape of a trainable model, and the errors training code returns.
 
 use crate::model::tensors::{products, BlockShape, Part};
-use crate::model::LayerKind;
 use serde::{Deserialize, Serialize};
 
-pub use super::hybrid_config::{HybridConfig, MixerKind};
+pub use super::hybrid_config::{HybridConfig, LayerKind};
 
 /// The families: one enum for inference and training (`model::Arch`).
 pub use crate::model::Arch;
@@ -40,6 +39,13 @@ pub struct ModelConfig {
     /// base: its `context_length`, and GPT-2's rows of learned positions), kept on export.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub ctx_train: Option<usize>,
+    /// The forward rounds as cached inference does (straight through in the backward):
+    /// attention sees keys and values rounded to f16, as inference's f16 KV cache holds them,
+    /// and GPT-2's GELU goes through f16, as ggml's table. The training pass is then the
+    /// cached inference pass's function, not only close to it. Off by default (f32 throughout,
+    /// as PyTorch trains).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub inference_rounding: bool,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -81,10 +87,10 @@ impl ModelConfig {
 
     /// Block l's products, each its parts (`model::tensors::products`).
     pub fn products(&self, l: usize) -> Vec<Vec<Part>> {
-        let kind = match self.hybrid.as_ref().map(|h| h.layers[l]) {
-            Some(MixerKind::Gdn) => LayerKind::Gdn,
-            _ => LayerKind::Attention,
-        };
+        let kind = self
+            .hybrid
+            .as_ref()
+            .map_or(LayerKind::Attention, |h| h.layers[l]);
         products(self.arch, kind, &self.block_shape())
     }
 

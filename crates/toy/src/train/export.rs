@@ -17,7 +17,7 @@ use std::path::Path;
 
 use tinynn::quant::GgmlType;
 
-use super::{Arch, HybridConfig, MixerKind, ModelConfig, TrainModel};
+use super::{Arch, HybridConfig, LayerKind, ModelConfig, TrainModel};
 use crate::gguf::{GgufError, GgufWriter, Value, ValueType};
 use crate::tokenizer::TokenizerSpec;
 
@@ -157,7 +157,7 @@ fn qwen35_metadata(w: &mut GgufWriter<'static>, h: &HybridConfig) {
     let rec = h
         .layers
         .iter()
-        .map(|&m| Value::Bool(m == MixerKind::Gdn))
+        .map(|&m| Value::Bool(m == LayerKind::Gdn))
         .collect();
     w.add_metadata(
         k("attention.recurrent_layers"),

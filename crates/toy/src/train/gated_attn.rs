@@ -24,6 +24,8 @@ pub(crate) struct GatedAttn {
     output: Lin,
     /// RMSNorm over one head (D).
     head_norm: RmsNorm,
+    /// Keys and values rounded to f16 (`ModelConfig::inference_rounding`).
+    inference_rounding: bool,
 }
 
 /// One layer's forward values for N rows.
@@ -65,8 +67,16 @@ fn sigmoid(x: f32) -> f32 {
 }
 
 impl GatedAttn {
-    pub fn new(c: usize, h: usize, hkv: usize, d: usize, eps: f32) -> Self {
+    pub fn new(
+        c: usize,
+        h: usize,
+        hkv: usize,
+        d: usize,
+        eps: f32,
+        inference_rounding: bool,
+    ) -> Self {
         Self {
+            inference_rounding,
             h,
             hkv,
             d,
@@ -168,6 +178,9 @@ impl GatedAttn {
         }
         let heads = self.h + self.hkv;
         rope.forward(&mut a.qkv, s, heads, t, n);
+        if self.inference_rounding {
+            self.attn.round_kv_f16(&mut a.qkv, n);
+        }
         // (N, S) -> (N, H D)
         self.attn
             .forward_packed(&a.qkv, &mut a.att, &mut a.lse, b, t, rope.pos);

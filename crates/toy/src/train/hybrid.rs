@@ -83,6 +83,7 @@ impl HybridBlock {
                 cfg.n_kv_head,
                 h.head_dim,
                 cfg.norm_eps,
+                cfg.inference_rounding,
             )),
         };
         Self {

@@ -7,33 +7,14 @@
 use super::config::MAX_DIM;
 use super::recipe::ModelSection;
 use super::{Arch, TrainError};
+pub use crate::model::LayerKind;
 use serde::{Deserialize, Serialize};
 use tinynn::layers::gdn::GdnShape;
-
-/// What mixes the tokens in one layer.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum MixerKind {
-    /// A Gated DeltaNet layer.
-    Gdn,
-    /// Gated softmax attention.
-    Attn,
-}
-
-impl MixerKind {
-    /// The recipe's spelling.
-    pub fn name(self) -> &'static str {
-        match self {
-            MixerKind::Gdn => "gdn",
-            MixerKind::Attn => "attn",
-        }
-    }
-}
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct HybridConfig {
     /// One per layer.
-    pub layers: Vec<MixerKind>,
+    pub layers: Vec<LayerKind>,
     /// Attention head size D (Qwen3.5: not d_model / n_head).
     pub head_dim: usize,
     /// Dims of each q / k head that RoPE turns (neox pairs (i, i + rope_dim/2)).
@@ -182,19 +163,19 @@ impl HybridConfig {
 }
 
 /// Layer l attends when (l + 1) is a multiple of `every`, else is GDN (llama.cpp, HF).
-fn kinds_every(n_layer: usize, every: usize) -> Vec<MixerKind> {
+fn kinds_every(n_layer: usize, every: usize) -> Vec<LayerKind> {
     (0..n_layer)
         .map(|l| {
             if (l + 1).is_multiple_of(every) {
-                MixerKind::Attn
+                LayerKind::Attention
             } else {
-                MixerKind::Gdn
+                LayerKind::Gdn
             }
         })
         .collect()
 }
 
-fn parse_layers(list: &[String], n_layer: usize) -> Result<Vec<MixerKind>, String> {
+fn parse_layers(list: &[String], n_layer: usize) -> Result<Vec<LayerKind>, String> {
     if list.len() != n_layer {
         return Err(format!(
             "model.layers has {} entries for model.n_layer = {n_layer}",
@@ -204,8 +185,8 @@ fn parse_layers(list: &[String], n_layer: usize) -> Result<Vec<MixerKind>, Strin
     list.iter()
         .enumerate()
         .map(|(i, s)| match s.as_str() {
-            "gdn" => Ok(MixerKind::Gdn),
-            "attn" => Ok(MixerKind::Attn),
+            "gdn" => Ok(LayerKind::Gdn),
+            "attn" => Ok(LayerKind::Attention),
             other => Err(format!(
                 "model.layers[{i}] = {other:?}: expected \"gdn\" or \"attn\""
             )),
@@ -230,8 +211,8 @@ mod tests {
             conv_kernel: 4,
         };
         assert_eq!(h.interval(), Some(4));
-        h.layers[0] = MixerKind::Attn;
+        h.layers[0] = LayerKind::Attention;
         assert_eq!(h.interval(), None);
-        assert_eq!(kinds_every(3, 4), vec![MixerKind::Gdn; 3]);
+        assert_eq!(kinds_every(3, 4), vec![LayerKind::Gdn; 3]);
     }
 }

@@ -10,7 +10,7 @@
 //! Dk / Dv their sizes, K conv taps, W = 2 Hk Dk + Hv Dv.
 
 use super::params::{Init, Layout};
-use super::{HybridConfig, MixerKind, ModelConfig};
+use super::{HybridConfig, LayerKind, ModelConfig};
 use std::ops::Range;
 
 /// A GDN mixer's ranges.
@@ -73,7 +73,7 @@ impl Layout {
         let n = |s: &str| format!("blk.{i}.{s}");
         let attn_norm = self.push(n("attn_norm.weight"), vec![c], false, Init::Ones);
         let mixer = match h.layers[i] {
-            MixerKind::Gdn => {
+            LayerKind::Gdn => {
                 let (hk, hv) = (h.gdn_key_heads as u64, h.gdn_value_heads as u64);
                 let (dk, dv, k) = (
                     h.gdn_key_dim as u64,
@@ -94,7 +94,7 @@ impl Layout {
                     out: self.push(n("ssm_out.weight"), vec![vw, c], true, resid),
                 })
             }
-            MixerKind::Attn => {
+            LayerKind::Attention => {
                 let d = h.head_dim as u64;
                 let (q, kv) = (cfg.n_head as u64 * d, cfg.n_kv_head as u64 * d);
                 let wq = self.push(n("attn_q.weight"), vec![c, 2 * q], true, std);

@@ -39,7 +39,7 @@ pub mod trainer;
 pub mod warm_start;
 
 pub use base::config_from_gguf as base_config;
-pub use config::{Arch, HybridConfig, MixerKind, ModelConfig, TrainError};
+pub use config::{Arch, HybridConfig, LayerKind, ModelConfig, TrainError};
 pub use model::{LoraSpec, TrainModel};
 pub use params::ParamInfo;
 

@@ -238,6 +238,7 @@ impl Recipe {
             head_dim: m.head_dim.filter(|_| m.arch != Arch::Qwen35),
             rope_freqs: None,
             ctx_train: None,
+            inference_rounding: false,
         }
     }
 

@@ -25,6 +25,7 @@ pub(super) fn cfg(arch: Arch, depth_scale: bool, tied: bool) -> ModelConfig {
         head_dim: None,
         rope_freqs: None,
         ctx_train: None,
+        inference_rounding: false,
     }
 }
 
@@ -198,6 +199,7 @@ fn tiny(arch: Arch) -> ModelConfig {
         head_dim: None,
         rope_freqs: None,
         ctx_train: None,
+        inference_rounding: false,
     }
 }
 

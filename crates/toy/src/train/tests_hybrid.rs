@@ -7,7 +7,7 @@ use super::export;
 use super::tests::{
     assert_every_tensor_gets_a_gradient, check_sampled_gradients, rough_params, tokens,
 };
-use super::{Arch, HybridConfig, MixerKind, ModelConfig, TrainModel};
+use super::{Arch, HybridConfig, LayerKind, ModelConfig, TrainModel};
 use crate::gguf::GgufFile;
 use crate::model::{Logits, Model};
 use std::sync::Arc;
@@ -16,7 +16,7 @@ use tinynn::optim::{AdamW, AdamWConfig};
 /// GDN, attention, GDN: both kinds, and a GDN layer after attention. Head size 8 (not
 /// d_model / n_head), a quarter of it rotated, 2 value heads on 1 key head, GQA 2:1.
 pub(super) fn hybrid_cfg(depth_scale: bool, tied: bool) -> ModelConfig {
-    use MixerKind::{Attn, Gdn};
+    use LayerKind::{Attention as Attn, Gdn};
     ModelConfig {
         arch: Arch::Qwen35,
         vocab: 13,
@@ -43,6 +43,7 @@ pub(super) fn hybrid_cfg(depth_scale: bool, tied: bool) -> ModelConfig {
         head_dim: None,
         rope_freqs: None,
         ctx_train: None,
+        inference_rounding: false,
     }
 }
 
@@ -152,8 +153,9 @@ fn hybrid_loss_falls_under_adamw() {
     );
 }
 
-/// The trainer's last-position logits against toy's inference on the exported GGUF.
-fn check_same_logits(c: ModelConfig) {
+/// The trainer's last-position logits against toy's inference on the exported GGUF, for
+/// prompts of `lens` tokens, within `tol` of the largest |logit|.
+fn check_same_logits(c: ModelConfig, lens: &[usize], tol: f32) {
     let base = TrainModel::init(c.clone(), 1, 1);
     let params = rough_params(&base, 4);
     let mut m = TrainModel::from_params(c.clone(), 1, params).unwrap();
@@ -169,7 +171,7 @@ fn check_same_logits(c: ModelConfig) {
         .map(|a| a.len());
     assert_eq!(sections, Some(4), "llama.cpp requires 4 rope sections");
     let model = Model::from_gguf(Arc::new(file)).unwrap();
-    for len in [1, 3, 9, c.ctx] {
+    for &len in lens {
         let toks = tokens(len, c.vocab, 10 + len as u64);
         let want = m.logits_last(&toks).to_vec();
         let mut st = model.new_state(c.ctx, c.ctx);
@@ -181,7 +183,7 @@ fn check_same_logits(c: ModelConfig) {
             .zip(got)
             .fold(0f32, |a, (x, y)| a.max((x - y).abs()));
         assert!(
-            err < 5e-3 * spread.max(1.0),
+            err <= tol * spread.max(1.0),
             "ds={} tied={} len {len}: inference logits differ by {err} (max |logit| {spread})",
             c.depth_scale,
             c.tied
@@ -195,7 +197,19 @@ fn qwen35_gguf_export_matches_inference_logits() {
         let mut c = c;
         // past one GDN chunk (32), so the chunked kernels of both sides meet
         c.ctx = 40;
-        check_same_logits(c);
+        check_same_logits(c.clone(), &[1, 3, 9, c.ctx], 5e-3);
+    }
+}
+
+#[test]
+fn qwen35_training_with_inference_rounding_is_the_cached_inference_function() {
+    // from 64 tokens on, inference attends with f32 queries and sums over its f16 cache: the
+    // training pass that rounds K and V alike gives its logits to f32 rounding
+    for c in variants() {
+        let mut c = c;
+        c.ctx = 72;
+        c.inference_rounding = true;
+        check_same_logits(c.clone(), &[64, 72], 1e-5);
     }
 }
 

@@ -33,6 +33,7 @@ fn cfg(tied: bool) -> ModelConfig {
         head_dim: None,
         rope_freqs: None,
         ctx_train: None,
+        inference_rounding: false,
     }
 }
 

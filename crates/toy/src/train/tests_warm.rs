@@ -27,6 +27,7 @@ fn cfg(c: usize, h: usize, hkv: usize, f: usize, l: usize, tied: bool) -> ModelC
         head_dim: None,
         rope_freqs: None,
         ctx_train: None,
+        inference_rounding: false,
     }
 }
 
