@@ -3,9 +3,11 @@
 # alternation, REPS rounds, and the summary gives each side's median and NEW/BASE:
 #   SmolLM2-135M Q4_1 pp512 and tg128 (`toy bench`), `toy bench --train` on recipes/tiny,
 #   small and hybrid-small (f32), and a LoRA step (`toy finetune recipes/sft-smollm2-lora.toml`,
-#   the median tok/s of steps 2..N from events.jsonl).
-# Usage: bench/unify.sh BASE_TOY NEW_TOY   (REPS=3, THREADS=2). Not part of CI: minutes, and
-# noisy on a shared host (the alternation and medians are for that).
+#   the median tok/s of steps 2..N from events.jsonl); with CODER=1 also Qwen2.5-Coder-1.5B
+#   tg128 (scripts/fetch-coder.sh target) and 8-client serving of SmolLM2 (bench/serve-load.py:
+#   8 concurrent greedy streams of 64 tokens, the aggregate tok/s, median of 3 rounds).
+# Usage: bench/unify.sh BASE_TOY NEW_TOY   (REPS=3, THREADS=2, CASES="pp512 tg128 ..." to pick).
+# Not part of CI: minutes, and noisy on a shared host (the alternation and medians are for that).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 base=${1:?usage: bench/unify.sh BASE_TOY NEW_TOY}
@@ -30,12 +32,34 @@ one() { # side bin case -> prints tok/s
             --set eval.interval=1000000 --set checkpoint.interval=1000000 \
             --runs-dir "$out/runs" > "$out/ft.log" 2>&1 || { tail -5 "$out/ft.log" >&2; exit 1; }
         python3 -c 'import json,sys,glob,statistics as s; ev=[json.loads(l) for f in glob.glob(sys.argv[1]+"/*/events.jsonl") for l in open(f)]; v=[e["tok_s"] for e in ev if e.get("type")=="step" and e["step"]>1]; print(s.median(v))' "$out/runs" ;;
+    coder-tg128) "$bin" bench -t "$t" -m "$coder" -p 1 -n 128 -r 2 --json 2>/dev/null |
+        python3 -c 'import json,sys; print(json.load(sys.stdin)["decode_tok_s"]["mean"])' ;;
+    serve8)
+        local port pid
+        port=$(python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
+        "$bin" -t "$t" serve --port "$port" -m "$model" --parallel 8 --runs-dir "$out/serve" \
+            >/dev/null 2>"$out/serve.log" &
+        pid=$!
+        for _ in $(seq 600); do
+            curl -sf "http://127.0.0.1:$port/health" >/dev/null && break
+            sleep 0.2
+        done
+        "$PY" bench/serve-load.py --base-url "http://127.0.0.1:$port" --clients 8 --min-ratio 0 \
+            >"$out/load.txt" 2>&1 || true
+        kill "$pid"; wait "$pid" 2>/dev/null || true
+        sed -n 's/^serve-load: .* 8 clients \([0-9.]*\) tok\/s.*/\1/p' "$out/load.txt" ;;
     *) "$bin" bench -t "$t" --train "recipes/$case.toml" --steps 12 --json 2>/dev/null |
         python3 -c 'import json,sys; print(json.load(sys.stdin)["rate"])' ;;
     esac
 }
 
-cases=(pp512 tg128 tiny small hybrid-small lora)
+coder=models/qwen2.5-coder-1.5b-instruct-q4_k_m.gguf
+read -r -a cases <<<"${CASES:-pp512 tg128 tiny small hybrid-small lora}"
+if [ "${CODER:-0}" = 1 ]; then
+    [ -f "$coder" ] || bash scripts/fetch-coder.sh target
+    PY=$(bash scripts/serve-pyenv.sh)
+    cases+=(coder-tg128 serve8)
+fi
 for r in $(seq "$reps"); do
     for c in "${cases[@]}"; do
         for side in base new; do

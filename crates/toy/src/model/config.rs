@@ -2,6 +2,7 @@
 //! `{arch}.embedding_length`, ... as llama.cpp's `llama-arch.cpp` names them).
 
 use super::hybrid_config::{gdn_shape, layer_kinds, LayerKind};
+use super::tensors::{BlockShape, BlockTable};
 use super::ModelError;
 use crate::gguf::GgufFile;
 use tinynn::layers::gdn::GdnShape;
@@ -226,6 +227,19 @@ impl Config {
                 LayerKind::Attention => None,
             })
             .collect()
+    }
+
+    /// Block `l`'s tensors as its family's table lists them (`model::tensors`).
+    pub fn block_table(&self, l: usize) -> BlockTable {
+        let shape = BlockShape {
+            c: self.d_model,
+            f: self.d_ff,
+            h: self.n_head,
+            hkv: self.n_kv_head,
+            d: self.head_dim,
+            gdn: self.gdn,
+        };
+        BlockTable::new(self.arch, self.kinds[l], &shape, l)
     }
 
     /// Whether any layer is recurrent.

@@ -8,6 +8,7 @@
 use super::lora::{RowLoras, Target};
 use super::parts::attend_spans;
 use super::tap::tap;
+use super::tensors::BlockTable;
 use super::weights::{embedding_and_head, load_f32, Linear, Loader, Weight};
 use super::{Config, ModelError, Span, State};
 use tinynn::kernels::act::gelu;
@@ -27,6 +28,14 @@ impl Norm {
         })
     }
 
+    /// Block table `t`'s `{norm}.weight` and `{norm}.bias`.
+    fn of_block(f: &Loader, t: &BlockTable, norm: &str) -> Result<Self, ModelError> {
+        Ok(Self {
+            w: t.vector(f, &format!("{norm}.weight"))?,
+            b: t.vector(f, &format!("{norm}.bias"))?,
+        })
+    }
+
     pub fn forward(&self, x: &[f32], eps: f32, out: &mut [f32]) {
         layernorm(x, &self.w, &self.b, eps, out)
     }
@@ -43,15 +52,14 @@ pub struct Block {
 
 impl Block {
     pub fn load(f: &Loader, cfg: &Config, i: usize) -> Result<Self, ModelError> {
-        let p = |s: &str| format!("blk.{i}.{s}");
-        let (c, ff) = (cfg.d_model, cfg.d_ff);
+        let t = cfg.block_table(i);
         Ok(Self {
-            attn_norm: Norm::load(f, &p("attn_norm"), c)?,
-            attn_qkv: Linear::load(f, &p("attn_qkv"), c, 3 * c)?,
-            attn_output: Linear::load(f, &p("attn_output"), c, c)?,
-            ffn_norm: Norm::load(f, &p("ffn_norm"), c)?,
-            ffn_up: Linear::load(f, &p("ffn_up"), c, ff)?,
-            ffn_down: Linear::load(f, &p("ffn_down"), ff, c)?,
+            attn_norm: Norm::of_block(f, &t, "attn_norm")?,
+            attn_qkv: t.linear(f, "attn_qkv")?,
+            attn_output: t.linear(f, "attn_output")?,
+            ffn_norm: Norm::of_block(f, &t, "ffn_norm")?,
+            ffn_up: t.linear(f, "ffn_up")?,
+            ffn_down: t.linear(f, "ffn_down")?,
         })
     }
 

@@ -28,18 +28,17 @@ pub struct Block {
 
 impl Block {
     pub fn load(f: &Loader, cfg: &Config, i: usize) -> Result<Self, ModelError> {
-        let p = |s: &str| format!("blk.{i}.{s}");
-        let (c, q, kv) = (cfg.d_model, cfg.q_dim(), cfg.kv_dim());
+        let t = cfg.block_table(i);
         Ok(Self {
-            attn_norm: load_f32(f, &p("attn_norm.weight"), c)?,
-            attn_q: Linear::load(f, &p("attn_q"), c, q)?,
-            attn_k: Linear::load(f, &p("attn_k"), c, kv)?,
-            attn_v: Linear::load(f, &p("attn_v"), c, kv)?,
-            attn_q_norm: load_f32_opt(f, &p("attn_q_norm.weight"), cfg.head_dim)?,
-            attn_k_norm: load_f32_opt(f, &p("attn_k_norm.weight"), cfg.head_dim)?,
-            attn_output: Linear::load(f, &p("attn_output"), q, c)?,
-            ffn_norm: load_f32(f, &p("ffn_norm.weight"), c)?,
-            mlp: Mlp::load(f, cfg, i)?,
+            attn_norm: t.vector(f, "attn_norm.weight")?,
+            attn_q: t.linear(f, "attn_q")?,
+            attn_k: t.linear(f, "attn_k")?,
+            attn_v: t.linear(f, "attn_v")?,
+            attn_q_norm: t.vector_opt(f, "attn_q_norm.weight")?,
+            attn_k_norm: t.vector_opt(f, "attn_k_norm.weight")?,
+            attn_output: t.linear(f, "attn_output")?,
+            ffn_norm: t.vector(f, "ffn_norm.weight")?,
+            mlp: Mlp::load(f, &t)?,
         })
     }
 

@@ -5,6 +5,7 @@
 
 use super::kv_cache::{f16_attention, round_queries};
 use super::lora::{RowLoras, Target};
+use super::tensors::BlockTable;
 use super::weights::{Linear, Loader, Weight};
 use super::{Config, ModelError, Span, State};
 use tinynn::kernels::act::swiglu;
@@ -20,13 +21,11 @@ pub struct Mlp {
 }
 
 impl Mlp {
-    pub fn load(f: &Loader, cfg: &Config, i: usize) -> Result<Self, ModelError> {
-        let p = |s: &str| format!("blk.{i}.{s}");
-        let (c, ff) = (cfg.d_model, cfg.d_ff);
+    pub fn load(f: &Loader, t: &BlockTable) -> Result<Self, ModelError> {
         Ok(Self {
-            ffn_gate: Linear::load(f, &p("ffn_gate"), c, ff)?,
-            ffn_up: Linear::load(f, &p("ffn_up"), c, ff)?,
-            ffn_down: Linear::load(f, &p("ffn_down"), ff, c)?,
+            ffn_gate: t.linear(f, "ffn_gate")?,
+            ffn_up: t.linear(f, "ffn_up")?,
+            ffn_down: t.linear(f, "ffn_down")?,
         })
     }
 

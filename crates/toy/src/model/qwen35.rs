@@ -12,11 +12,12 @@
 use super::lora::{RowLoras, Target};
 use super::parts::{attend_spans, embed_rows, final_rmsnorm, Mlp};
 use super::tap::tap;
+use super::tensors::BlockTable;
 use super::weights::{embedding_and_head, load_f32, Linear, Loader, Weight};
 use super::{Config, LayerKind, ModelError, Span, State};
 use tinynn::kernels::norm::{rmsnorm, rmsnorm_inplace};
 use tinynn::kernels::rope::Rope;
-use tinynn::layers::gdn::{self, GdnParams, GdnShape};
+use tinynn::layers::gdn::{self, GdnParams};
 
 /// A gated attention layer's tensors.
 pub struct GatedAttention {
@@ -56,7 +57,13 @@ pub struct Block {
 }
 
 /// A small f32 tensor that must have exactly `dims` (GGUF order).
-fn load_dims(f: &Loader, name: &str, dims: &[u64]) -> Result<Vec<f32>, ModelError> {
+/// Block table `b`'s tensor `name`, its dims exactly the table's.
+fn load_dims(f: &Loader, b: &BlockTable, name: &str) -> Result<Vec<f32>, ModelError> {
+    load_exact(f, &b.full_name(name), &b.get(name).dims)
+}
+
+/// Tensor `name` as f32, its dims exactly `dims` (trailing 1s aside).
+fn load_exact(f: &Loader, name: &str, dims: &[u64]) -> Result<Vec<f32>, ModelError> {
     let t = f
         .tensor(name)
         .ok_or_else(|| ModelError::MissingTensor(name.into()))?;
@@ -75,16 +82,14 @@ fn load_dims(f: &Loader, name: &str, dims: &[u64]) -> Result<Vec<f32>, ModelErro
 }
 
 impl GatedAttention {
-    fn load(f: &Loader, cfg: &Config, i: usize) -> Result<Self, ModelError> {
-        let p = |s: &str| format!("blk.{i}.{s}");
-        let (c, q, kv, d) = (cfg.d_model, cfg.q_dim(), cfg.kv_dim(), cfg.head_dim);
+    fn load(f: &Loader, t: &BlockTable) -> Result<Self, ModelError> {
         Ok(Self {
-            attn_q: Linear::load(f, &p("attn_q"), c, 2 * q)?,
-            attn_k: Linear::load(f, &p("attn_k"), c, kv)?,
-            attn_v: Linear::load(f, &p("attn_v"), c, kv)?,
-            attn_q_norm: load_dims(f, &p("attn_q_norm.weight"), &[d as u64])?,
-            attn_k_norm: load_dims(f, &p("attn_k_norm.weight"), &[d as u64])?,
-            attn_output: Linear::load(f, &p("attn_output"), q, c)?,
+            attn_q: t.linear(f, "attn_q")?,
+            attn_k: t.linear(f, "attn_k")?,
+            attn_v: t.linear(f, "attn_v")?,
+            attn_q_norm: load_dims(f, t, "attn_q_norm.weight")?,
+            attn_k_norm: load_dims(f, t, "attn_k_norm.weight")?,
+            attn_output: t.linear(f, "attn_output")?,
         })
     }
 
@@ -140,19 +145,17 @@ impl GatedAttention {
 }
 
 impl GdnMixer {
-    fn load(f: &Loader, cfg: &Config, sh: &GdnShape, i: usize) -> Result<Self, ModelError> {
-        let p = |s: &str| format!("blk.{i}.{s}");
-        let (c, w, vw, hv) = (cfg.d_model, sh.conv_channels(), sh.value_width(), sh.hv);
+    fn load(f: &Loader, t: &BlockTable) -> Result<Self, ModelError> {
         Ok(Self {
-            attn_qkv: Linear::load(f, &p("attn_qkv"), c, w)?,
-            attn_gate: Linear::load(f, &p("attn_gate"), c, vw)?,
-            ssm_beta: Linear::load(f, &p("ssm_beta"), c, hv)?,
-            ssm_alpha: Linear::load(f, &p("ssm_alpha"), c, hv)?,
-            conv_w: load_dims(f, &p("ssm_conv1d.weight"), &[sh.kernel as u64, w as u64])?,
-            dt_bias: load_dims(f, &p("ssm_dt.bias"), &[hv as u64])?,
-            ssm_a: load_dims(f, &p("ssm_a"), &[hv as u64])?,
-            ssm_norm: load_dims(f, &p("ssm_norm.weight"), &[sh.dv as u64])?,
-            ssm_out: Linear::load(f, &p("ssm_out"), vw, c)?,
+            attn_qkv: t.linear(f, "attn_qkv")?,
+            attn_gate: t.linear(f, "attn_gate")?,
+            ssm_beta: t.linear(f, "ssm_beta")?,
+            ssm_alpha: t.linear(f, "ssm_alpha")?,
+            conv_w: load_dims(f, t, "ssm_conv1d.weight")?,
+            dt_bias: load_dims(f, t, "ssm_dt.bias")?,
+            ssm_a: load_dims(f, t, "ssm_a")?,
+            ssm_norm: load_dims(f, t, "ssm_norm.weight")?,
+            ssm_out: t.linear(f, "ssm_out")?,
         })
     }
 
@@ -225,17 +228,16 @@ impl GdnMixer {
 
 impl Block {
     pub fn load(f: &Loader, cfg: &Config, i: usize) -> Result<Self, ModelError> {
-        let p = |s: &str| format!("blk.{i}.{s}");
-        let c = cfg.d_model as u64;
-        let mixer = match (cfg.kinds[i], cfg.gdn) {
-            (LayerKind::Gdn, Some(sh)) => Mixer::Gdn(GdnMixer::load(f, cfg, &sh, i)?),
-            _ => Mixer::Attention(GatedAttention::load(f, cfg, i)?),
+        let t = cfg.block_table(i);
+        let mixer = match cfg.kinds[i] {
+            LayerKind::Gdn => Mixer::Gdn(GdnMixer::load(f, &t)?),
+            LayerKind::Attention => Mixer::Attention(GatedAttention::load(f, &t)?),
         };
         Ok(Self {
-            attn_norm: load_dims(f, &p("attn_norm.weight"), &[c])?,
+            attn_norm: load_dims(f, &t, "attn_norm.weight")?,
             mixer,
-            post_attention_norm: load_dims(f, &p("post_attention_norm.weight"), &[c])?,
-            mlp: Mlp::load(f, cfg, i)?,
+            post_attention_norm: load_dims(f, &t, "post_attention_norm.weight")?,
+            mlp: Mlp::load(f, &t)?,
         })
     }
 
@@ -312,7 +314,7 @@ impl Qwen35 {
             blocks: (0..cfg.n_layer)
                 .map(|i| Block::load(f, cfg, i))
                 .collect::<Result<_, _>>()?,
-            output_norm: load_dims(f, "output_norm.weight", &[cfg.d_model as u64])?,
+            output_norm: load_exact(f, "output_norm.weight", &[cfg.d_model as u64])?,
             rope: Rope::new(cfg.rope_dim, cfg.rope_base, true, None),
             token_embd,
             output,

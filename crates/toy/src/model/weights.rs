@@ -2,6 +2,7 @@
 //! its type and shape, so the model never holds an f32 copy of a matrix. Small vectors
 //! (norm weights, biases) are decoded to f32 at load.
 
+use super::tensors::BlockTable;
 use super::ModelError;
 use crate::gguf::GgufFile;
 use std::ops::Range;
@@ -275,4 +276,33 @@ pub fn embedding_and_head(f: &Loader, cfg: &super::Config) -> Result<(Weight, We
         None => token_embd.clone(),
     };
     Ok((token_embd, output))
+}
+
+/// A block's tensors loaded by their names and dims in the family's table.
+impl BlockTable {
+    /// Product part `part` (`attn_q`) in the table's shape, with its bias: required where the
+    /// family has one, else taken when the file has one (as llama.cpp's optional biases).
+    pub fn linear(&self, f: &Loader, part: &str) -> Result<Linear, ModelError> {
+        let (cols, rows) = self.matrix(part);
+        let name = self.full_name(part);
+        let w = Weight::load(f, &format!("{name}.weight"), cols, rows)?;
+        let b = match self.has(&format!("{part}.bias")) {
+            true => Some(load_f32(f, &format!("{name}.bias"), rows)?),
+            false => load_f32_opt(f, &format!("{name}.bias"), rows)?,
+        };
+        Ok(Linear { w, b })
+    }
+
+    /// Vector `name` (`attn_norm.weight`) of the table's length, as f32.
+    pub fn vector(&self, f: &Loader, name: &str) -> Result<Vec<f32>, ModelError> {
+        load_f32(f, &self.full_name(name), self.vector_len(name))
+    }
+
+    /// Vector `name` where the family has it.
+    pub fn vector_opt(&self, f: &Loader, name: &str) -> Result<Option<Vec<f32>>, ModelError> {
+        match self.has(name) {
+            true => self.vector(f, name).map(Some),
+            false => Ok(None),
+        }
+    }
 }

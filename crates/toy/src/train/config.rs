@@ -1,6 +1,6 @@
 //! The shape of a trainable model, and the errors training code returns.
 
-use crate::model::tensors::{products, BlockShape, Part};
+use crate::model::tensors::{block_tensors, products, BlockShape, Part, Tensor};
 use serde::{Deserialize, Serialize};
 
 pub use super::hybrid_config::{HybridConfig, LayerKind};
@@ -85,13 +85,21 @@ impl ModelConfig {
         }
     }
 
+    /// What mixes the tokens in layer l.
+    pub fn kind(&self, l: usize) -> LayerKind {
+        self.hybrid
+            .as_ref()
+            .map_or(LayerKind::Attention, |h| h.layers[l])
+    }
+
+    /// Block l's tensors (`model::tensors::block_tensors`).
+    pub fn block_tensors(&self, l: usize) -> Vec<Tensor> {
+        block_tensors(self.arch, self.kind(l), &self.block_shape())
+    }
+
     /// Block l's products, each its parts (`model::tensors::products`).
     pub fn products(&self, l: usize) -> Vec<Vec<Part>> {
-        let kind = self
-            .hybrid
-            .as_ref()
-            .map_or(LayerKind::Attention, |h| h.layers[l]);
-        products(self.arch, kind, &self.block_shape())
+        products(self.arch, self.kind(l), &self.block_shape())
     }
 
     /// The context the model is for: `ctx_train`, else the training ctx.

@@ -1,5 +1,6 @@
-//! The parameter tensors of one qwen35 block, under llama.cpp's names and dims
-//! (`src/models/qwen35.cpp`; see docs/qwen35.md), and how each starts: matrices N(0, 0.02),
+//! Where the parameter tensors of one qwen35 block are: their names and dims are the family's
+//! table (`model::tensors`, as llama.cpp's `src/models/qwen35.cpp`; see docs/qwen35.md), and
+//! each starts as its role says (`Layout::push_block`): matrices N(0, 0.02),
 //! the residual outputs (`ssm_out`, `attn_output`, `ffn_down`) N(0, 0.02 / sqrt(2 n_layer)),
 //! norms 1, the conv U(+-1/sqrt(K)) (PyTorch's Conv1d default), `ssm_dt.bias` so that
 //! softplus(dt_bias) is log-uniform in [1e-3, 1e-1] (Mamba), A_log = ln U(1, 16) (Qwen3.5).
@@ -9,7 +10,7 @@
 //! Letters: C width, H / Hkv heads, D head size, F MLP width, Hk / Hv GDN key / value heads,
 //! Dk / Dv their sizes, K conv taps, W = 2 Hk Dk + Hv Dv.
 
-use super::params::{Init, Layout};
+use super::params::Layout;
 use super::{HybridConfig, LayerKind, ModelConfig};
 use std::ops::Range;
 
@@ -60,64 +61,41 @@ pub(crate) struct HybridRanges {
 }
 
 impl Layout {
-    /// Appends block `i` of a qwen35 model.
+    /// Appends block `i` of a qwen35 model (its tensors as the family's table lists them).
     pub(super) fn push_hybrid(
         &mut self,
         cfg: &ModelConfig,
         h: &HybridConfig,
         i: usize,
     ) -> HybridRanges {
-        let (c, f) = (cfg.d_model as u64, cfg.d_ff as u64);
-        let std = Init::Normal(0.02);
-        let resid = Init::Normal(0.02 / (2.0 * cfg.n_layer as f32).sqrt());
-        let n = |s: &str| format!("blk.{i}.{s}");
-        let attn_norm = self.push(n("attn_norm.weight"), vec![c], false, Init::Ones);
+        let s = self.push_block(cfg, i);
         let mixer = match h.layers[i] {
-            LayerKind::Gdn => {
-                let (hk, hv) = (h.gdn_key_heads as u64, h.gdn_value_heads as u64);
-                let (dk, dv, k) = (
-                    h.gdn_key_dim as u64,
-                    h.gdn_value_dim as u64,
-                    h.conv_kernel as u64,
-                );
-                let (w, vw) = (2 * hk * dk + hv * dv, hv * dv);
-                let conv = Init::Uniform(1.0 / (k as f32).sqrt());
-                MixerRanges::Gdn(GdnRanges {
-                    qkv: self.push(n("attn_qkv.weight"), vec![c, w], true, std),
-                    gate: self.push(n("attn_gate.weight"), vec![c, vw], true, std),
-                    beta: self.push(n("ssm_beta.weight"), vec![c, hv], true, std),
-                    alpha: self.push(n("ssm_alpha.weight"), vec![c, hv], true, std),
-                    conv: self.push(n("ssm_conv1d.weight"), vec![k, w], true, conv),
-                    dt_bias: self.push(n("ssm_dt.bias"), vec![hv], false, Init::DtBias),
-                    a_log: self.push(n("ssm_a"), vec![hv], false, Init::ALog),
-                    norm: self.push(n("ssm_norm.weight"), vec![dv], false, Init::Ones),
-                    out: self.push(n("ssm_out.weight"), vec![vw, c], true, resid),
-                })
-            }
-            LayerKind::Attention => {
-                let d = h.head_dim as u64;
-                let (q, kv) = (cfg.n_head as u64 * d, cfg.n_kv_head as u64 * d);
-                let wq = self.push(n("attn_q.weight"), vec![c, 2 * q], true, std);
-                self.push(n("attn_k.weight"), vec![c, kv], true, std);
-                let wv = self.push(n("attn_v.weight"), vec![c, kv], true, std);
-                MixerRanges::Attn(AttnRanges {
-                    qkv: wq.start..wv.end,
-                    q_norm: self.push(n("attn_q_norm.weight"), vec![d], false, Init::Ones),
-                    k_norm: self.push(n("attn_k_norm.weight"), vec![d], false, Init::Ones),
-                    output: self.push(n("attn_output.weight"), vec![q, c], true, resid),
-                })
-            }
+            LayerKind::Gdn => MixerRanges::Gdn(GdnRanges {
+                qkv: s.req("attn_qkv.weight"),
+                gate: s.req("attn_gate.weight"),
+                beta: s.req("ssm_beta.weight"),
+                alpha: s.req("ssm_alpha.weight"),
+                conv: s.req("ssm_conv1d.weight"),
+                dt_bias: s.req("ssm_dt.bias"),
+                a_log: s.req("ssm_a"),
+                norm: s.req("ssm_norm.weight"),
+                out: s.req("ssm_out.weight"),
+            }),
+            LayerKind::Attention => MixerRanges::Attn(AttnRanges {
+                qkv: s.product(0),
+                q_norm: s.req("attn_q_norm.weight"),
+                k_norm: s.req("attn_k_norm.weight"),
+                output: s.req("attn_output.weight"),
+            }),
         };
-        let ffn_norm = self.push(n("post_attention_norm.weight"), vec![c], false, Init::Ones);
-        let g = self.push(n("ffn_gate.weight"), vec![c, f], true, std);
-        let u = self.push(n("ffn_up.weight"), vec![c, f], true, std);
-        let ffn_down = self.push(n("ffn_down.weight"), vec![f, c], true, resid);
         HybridRanges {
-            attn_norm,
+            attn_norm: s.req("attn_norm.weight"),
             mixer,
-            ffn_norm,
-            ffn_up: g.start..u.end,
-            ffn_down,
+            ffn_norm: s.req("post_attention_norm.weight"),
+            ffn_up: s
+                .span("ffn_gate.weight", "ffn_up.weight")
+                .expect("gate and up"),
+            ffn_down: s.req("ffn_down.weight"),
         }
     }
 }

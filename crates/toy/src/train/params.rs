@@ -8,6 +8,7 @@
 
 use super::hybrid_params::HybridRanges;
 use super::ModelConfig;
+use crate::model::tensors::{Role, Tensor};
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use std::ops::Range;
@@ -86,6 +87,39 @@ pub(crate) struct Layout {
     pub total: usize,
 }
 
+/// One block's tensors and where each landed ([`Layout::push_block`]).
+pub(super) struct BlockSlots(Vec<(Tensor, Range<usize>)>);
+
+impl BlockSlots {
+    /// Where `name` (`attn_norm.weight`) is, if the family has it.
+    pub fn get(&self, name: &str) -> Option<Range<usize>> {
+        let slot = self.0.iter().find(|(t, _)| t.name == name);
+        slot.map(|(_, r)| r.clone())
+    }
+
+    /// Where `name` is; the family's table lists it.
+    pub fn req(&self, name: &str) -> Range<usize> {
+        self.get(name)
+            .unwrap_or_else(|| panic!("{name} is not in the block table"))
+    }
+
+    /// `first` through `last`, side by side.
+    pub fn span(&self, first: &str, last: &str) -> Option<Range<usize>> {
+        Some(self.get(first)?.start..self.get(last)?.end)
+    }
+
+    /// The joint range of product `p`'s matrices (laid out side by side, in table order).
+    pub fn product(&self, p: usize) -> Range<usize> {
+        let mut it = self.0.iter().filter(|(t, _)| t.product() == Some(p));
+        let first = it
+            .next()
+            .map(|(_, r)| r.clone())
+            .expect("the product exists");
+        let end = it.next_back().map_or(first.end, |(_, r)| r.end);
+        first.start..end
+    }
+}
+
 /// Whether `targets` (part names, or `"all-linear"`) names `part`.
 pub(crate) fn targeted(targets: &[String], part: &str) -> bool {
     targets.iter().any(|t| t == part || t == "all-linear")
@@ -130,16 +164,8 @@ impl Layout {
     }
 
     pub fn new(cfg: &ModelConfig) -> Self {
-        let (v, c, f, l) = (
-            cfg.vocab as u64,
-            cfg.d_model as u64,
-            cfg.d_ff as u64,
-            cfg.n_layer,
-        );
-        let d = cfg.head_dim() as u64;
-        let (q, kv) = (cfg.n_head as u64 * d, cfg.n_kv_head as u64 * d);
+        let (v, c, l) = (cfg.vocab as u64, cfg.d_model as u64, cfg.n_layer);
         let std = Init::Normal(0.02);
-        let resid = Init::Normal(0.02 / (2.0 * l as f32).sqrt());
         let gpt2 = cfg.arch.is_gpt2();
         let mut lay = Layout {
             infos: Vec::new(),
@@ -169,51 +195,24 @@ impl Layout {
         }
         // the Llama / GPT-2 blocks (a hybrid has laid out its own above)
         for i in (0..l).filter(|_| cfg.hybrid.is_none()) {
-            let n = |s: &str| format!("blk.{i}.{s}");
-            let bias = |lay: &mut Layout, s: &str, len: u64| {
-                gpt2.then(|| lay.push(n(s), vec![len], false, Init::Zeros))
-            };
-            let attn_norm = lay.push(n("attn_norm.weight"), vec![c], false, Init::Ones);
-            let attn_norm_b = bias(&mut lay, "attn_norm.bias", c);
-            let (qkv, qkv_b) = if gpt2 {
-                let w = lay.push(n("attn_qkv.weight"), vec![c, 3 * c], true, std);
-                (w, bias(&mut lay, "attn_qkv.bias", 3 * c))
-            } else {
-                let wq = lay.push(n("attn_q.weight"), vec![c, q], true, std);
-                lay.push(n("attn_k.weight"), vec![c, kv], true, std);
-                let wv = lay.push(n("attn_v.weight"), vec![c, kv], true, std);
-                (wq.start..wv.end, lay.push_qkv_bias(cfg, i))
-            };
-            let (q_norm, k_norm) = lay.push_qk_norm(cfg, i);
-            let attn_output = lay.push(n("attn_output.weight"), vec![q, c], true, resid);
-            let attn_output_b = bias(&mut lay, "attn_output.bias", c);
-            let ffn_norm = lay.push(n("ffn_norm.weight"), vec![c], false, Init::Ones);
-            let ffn_norm_b = bias(&mut lay, "ffn_norm.bias", c);
-            let ffn_up = if gpt2 {
-                lay.push(n("ffn_up.weight"), vec![c, f], true, std)
-            } else {
-                let g = lay.push(n("ffn_gate.weight"), vec![c, f], true, std);
-                let u = lay.push(n("ffn_up.weight"), vec![c, f], true, std);
-                g.start..u.end
-            };
-            let ffn_up_b = bias(&mut lay, "ffn_up.bias", f);
-            let ffn_down = lay.push(n("ffn_down.weight"), vec![f, c], true, resid);
-            let ffn_down_b = bias(&mut lay, "ffn_down.bias", c);
+            let s = lay.push_block(cfg, i);
             lay.blocks.push(BlockRanges {
-                attn_norm,
-                attn_norm_b,
-                qkv,
-                qkv_b,
-                q_norm,
-                k_norm,
-                attn_output,
-                attn_output_b,
-                ffn_norm,
-                ffn_norm_b,
-                ffn_up,
-                ffn_up_b,
-                ffn_down,
-                ffn_down_b,
+                attn_norm: s.req("attn_norm.weight"),
+                attn_norm_b: s.get("attn_norm.bias"),
+                qkv: s.product(0),
+                qkv_b: s
+                    .get("attn_qkv.bias")
+                    .or_else(|| s.span("attn_q.bias", "attn_v.bias")),
+                q_norm: s.get("attn_q_norm.weight"),
+                k_norm: s.get("attn_k_norm.weight"),
+                attn_output: s.product(1),
+                attn_output_b: s.get("attn_output.bias"),
+                ffn_norm: s.req("ffn_norm.weight"),
+                ffn_norm_b: s.get("ffn_norm.bias"),
+                ffn_up: s.product(2),
+                ffn_up_b: s.get("ffn_up.bias"),
+                ffn_down: s.product(3),
+                ffn_down_b: s.get("ffn_down.bias"),
             });
         }
         lay.output_norm = lay.push("output_norm.weight".into(), vec![c], false, Init::Ones);
@@ -229,35 +228,27 @@ impl Layout {
         lay
     }
 
-    /// Qwen2's attn_q, attn_k, attn_v biases of block i, side by side (one range, as the
-    /// product that adds them reads it); None for other families (gpt2's are its own).
-    fn push_qkv_bias(&mut self, cfg: &ModelConfig, i: usize) -> Option<Range<usize>> {
-        if !cfg.arch.qkv_bias() {
-            return None;
+    /// Appends block `i`'s tensors as its family's table lists them
+    /// (`model::tensors::block_tensors`), each started and decayed as its role says.
+    pub(super) fn push_block(&mut self, cfg: &ModelConfig, i: usize) -> BlockSlots {
+        let std = Init::Normal(0.02);
+        let resid = Init::Normal(0.02 / (2.0 * cfg.n_layer as f32).sqrt());
+        let tensors = cfg.block_tensors(i);
+        let mut slots = Vec::with_capacity(tensors.len());
+        for t in tensors {
+            let (decay, init) = match t.role {
+                Role::Matrix { residual, .. } => (true, if residual { resid } else { std }),
+                // PyTorch's Conv1d default
+                Role::Conv => (true, Init::Uniform(1.0 / (t.dims[0] as f32).sqrt())),
+                Role::Norm => (false, Init::Ones),
+                Role::Bias => (false, Init::Zeros),
+                Role::DtBias => (false, Init::DtBias),
+                Role::ALog => (false, Init::ALog),
+            };
+            let r = self.push(format!("blk.{i}.{}", t.name), t.dims.clone(), decay, init);
+            slots.push((t, r));
         }
-        let d = cfg.head_dim() as u64;
-        let (q, kv) = (cfg.n_head as u64 * d, cfg.n_kv_head as u64 * d);
-        let n = |s: &str| format!("blk.{i}.{s}");
-        let bq = self.push(n("attn_q.bias"), vec![q], false, Init::Zeros);
-        self.push(n("attn_k.bias"), vec![kv], false, Init::Zeros);
-        let bv = self.push(n("attn_v.bias"), vec![kv], false, Init::Zeros);
-        Some(bq.start..bv.end)
-    }
-
-    /// Qwen3's per-head q and k RMSNorm weights (D each) of block i; None for others.
-    fn push_qk_norm(
-        &mut self,
-        cfg: &ModelConfig,
-        i: usize,
-    ) -> (Option<Range<usize>>, Option<Range<usize>>) {
-        if !cfg.arch.qk_norm() {
-            return (None, None);
-        }
-        let d = vec![cfg.head_dim() as u64];
-        let n = |s: &str| format!("blk.{i}.{s}");
-        let q = self.push(n("attn_q_norm.weight"), d.clone(), false, Init::Ones);
-        let k = self.push(n("attn_k_norm.weight"), d, false, Init::Ones);
-        (Some(q), Some(k))
+        BlockSlots(slots)
     }
 
     /// A LoRA run's layout: the full layout's vectors (norms, biases) and GPT-2's position
