@@ -11,9 +11,9 @@ use super::params::{Layout, LoraRanges};
 use super::{HybridConfig, ModelConfig, TrainError};
 use crate::gguf::GgufFile;
 use crate::model::tensors::Part as TablePart;
+use crate::model::weights::{Loader, Weight};
 use crate::model::{Arch, Config};
 use std::sync::Arc;
-use tinynn::kernels::repack::Packed;
 use tinynn::kernels::QMat;
 use tinynn::layers::lora::Lora;
 
@@ -150,43 +150,21 @@ pub(crate) fn import(
 
 /// Matrix `name` of the base as a frozen (rows, cols) layer, checked.
 pub(crate) fn frozen_mat(
+    f: &Loader,
     file: &Arc<GgufFile>,
     name: &str,
     rows: usize,
     cols: usize,
 ) -> Result<FrozenMat, TrainError> {
-    let index = file
-        .tensors
-        .iter()
-        .position(|t| t.name == name)
-        .ok_or_else(|| bad(format!("the base has no tensor {name}")))?;
-    let t = &file.tensors[index];
-    if t.dims != [cols as u64, rows as u64] {
-        return Err(bad(format!(
-            "{name}: the base has dims {:?}, the config needs [{cols}, {rows}]",
-            t.dims
-        )));
-    }
-    let data = file.tensor_data(t);
-    let q = QMat::new(t.ty, rows, cols, data).map_err(|e| bad(format!("{name}: {e}")))?;
-    let packed = Packed::new(&q).map(Arc::new);
-    if packed.is_some() {
-        // the repacked copy serves every product and row read from now on
-        let start = data.as_ptr() as usize - file.bytes().as_ptr() as usize;
-        file.release(start..start + data.len());
-    }
-    Ok(FrozenMat {
-        file: file.clone(),
-        index,
-        rows,
-        cols,
-        packed,
-    })
+    let w = Weight::load(f, name, cols, rows).map_err(|e| bad(format!("the base's {e}")))?;
+    let file = file.clone();
+    Ok(FrozenMat { file, w })
 }
 
 /// One product of block l as a frozen layer of the base: its parts (GGUF part name, rows,
 /// cols) stacked on the output side, with the adapters `lora` on the parts they name.
 pub(crate) fn frozen_lin(
+    f: &Loader,
     file: &Arc<GgufFile>,
     l: usize,
     parts: &[TablePart],
@@ -196,7 +174,7 @@ pub(crate) fn frozen_lin(
     let mut out = Vec::with_capacity(parts.len());
     for &TablePart { name, rows, cols } in parts {
         let full = format!("blk.{l}.{name}.weight");
-        let mat = frozen_mat(file, &full, rows, cols)?;
+        let mat = frozen_mat(f, file, &full, rows, cols)?;
         let lora = lora.iter().find(|a| a.base == full).map(|a| LoraPart {
             lora: Lora {
                 n_in: cols,
@@ -220,6 +198,7 @@ pub(crate) fn frozen_lin(
 /// frozen layers of the base, with the adapters `lora` on the parts they name, each scaled by
 /// `scale`.
 pub(crate) fn frozen_lins(
+    f: &Loader,
     file: &Arc<GgufFile>,
     cfg: &ModelConfig,
     l: usize,
@@ -228,6 +207,6 @@ pub(crate) fn frozen_lins(
 ) -> Result<Vec<Lin>, TrainError> {
     cfg.products(l)
         .iter()
-        .map(|parts| frozen_lin(file, l, parts, lora, scale))
+        .map(|parts| frozen_lin(f, file, l, parts, lora, scale))
         .collect()
 }

@@ -17,34 +17,25 @@ use std::ops::Range;
 use std::sync::Arc;
 use tinynn::kernels::qmatmul::matmul;
 use tinynn::kernels::qmatmul_t::matmul_t;
-use tinynn::kernels::repack::Packed;
+use crate::model::weights::Weight;
 use tinynn::kernels::QMat;
 use tinynn::layers::dropout::Dropout;
 use tinynn::layers::linear::Linear;
 use tinynn::layers::lora::Lora;
 
-/// One matrix of the frozen base: tensor `index` of the file, `rows` (out) x `cols` (in),
-/// and its copy repacked for the interleaved-row kernels where this CPU has them (what
-/// inference runs; the products of a training batch are prefill-sized).
+/// One matrix of the frozen base, held as inference holds it (`model::weights::Weight`: the
+/// stored type, repacked for the interleaved-row kernels where this CPU has them, in the
+/// loader's arena), beside the file its bytes are in. The products of a training batch are
+/// prefill-sized.
 #[derive(Clone)]
 pub(crate) struct FrozenMat {
     pub file: Arc<GgufFile>,
-    pub index: usize,
-    pub rows: usize,
-    pub cols: usize,
-    pub packed: Option<Arc<Packed>>,
+    pub w: Weight,
 }
 
 impl FrozenMat {
     pub fn qmat(&self) -> QMat<'_> {
-        let info = &self.file.tensors[self.index];
-        let data = self.file.tensor_data(info);
-        let q = QMat::new(info.ty, self.rows, self.cols, data)
-            .expect("checked when the base was loaded");
-        QMat {
-            packed: self.packed.as_deref(),
-            ..q
-        }
+        self.w.qmat(self.file.bytes())
     }
 }
 
@@ -169,7 +160,7 @@ impl Lin {
         let x = &x[..n * k];
         let (mut off, mut uoff) = (0, 0);
         for (j, part) in parts.iter().enumerate() {
-            let mp = part.mat.rows;
+            let mp = part.mat.w.rows;
             let q = part.mat.qmat();
             if parts.len() == 1 && !acc {
                 matmul(&q, x, n, &mut y[..n * m]);
@@ -239,7 +230,7 @@ impl Lin {
         let mut dx = dx;
         let (mut off, mut uoff) = (0, 0);
         for (i, part) in parts.iter().enumerate() {
-            let mp = part.mat.rows;
+            let mp = part.mat.w.rows;
             if let Some(dx) = dx.as_deref_mut() {
                 let q = part.mat.qmat();
                 let first_acc = dx_acc || i > 0;

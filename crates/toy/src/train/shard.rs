@@ -72,28 +72,30 @@ impl Net {
         scale: f32,
     ) -> Result<Self, super::TrainError> {
         let mut net = Self::new(cfg);
+        // one loader: every frozen matrix repacked into its one arena, as inference loads
+        let f = crate::model::weights::Loader::new(file);
         match &mut net.stack {
             Stack::Std(blocks) => {
                 for (l, blk) in blocks.iter_mut().enumerate() {
                     blk.r = layout.blocks[l].clone();
                     let lora = &layout.lora[l];
-                    blk.freeze(super::base::frozen_lins(file, cfg, l, lora, scale)?);
+                    blk.freeze(super::base::frozen_lins(&f, file, cfg, l, lora, scale)?);
                 }
             }
             Stack::Hybrid(blocks) => {
                 for (l, blk) in blocks.iter_mut().enumerate() {
                     blk.r = layout.hybrid[l].clone();
                     let lora = &layout.lora[l];
-                    let lins = super::base::frozen_lins(file, cfg, l, lora, scale)?;
+                    let lins = super::base::frozen_lins(&f, file, cfg, l, lora, scale)?;
                     blk.freeze(lins);
                 }
             }
         }
         let (v, c) = (cfg.vocab, cfg.d_model);
-        let embd = super::base::frozen_mat(file, "token_embd.weight", v, c)?;
+        let embd = super::base::frozen_mat(&f, file, "token_embd.weight", v, c)?;
         net.frozen_head = Some(match cfg.is_tied() {
             true => embd.clone(),
-            false => super::base::frozen_mat(file, "output.weight", v, c)?,
+            false => super::base::frozen_mat(&f, file, "output.weight", v, c)?,
         });
         net.frozen_embd = Some(embd);
         net.layout = layout;
