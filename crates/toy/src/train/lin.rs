@@ -12,12 +12,12 @@
 //! x A^T (N, r), one after another.
 
 use crate::gguf::GgufFile;
+use crate::model::weights::Weight;
 use std::cell::RefCell;
 use std::ops::Range;
 use std::sync::Arc;
 use tinynn::kernels::qmatmul::matmul;
 use tinynn::kernels::qmatmul_t::matmul_t;
-use crate::model::weights::Weight;
 use tinynn::kernels::QMat;
 use tinynn::layers::dropout::Dropout;
 use tinynn::layers::linear::Linear;
