@@ -19,6 +19,12 @@ pub enum ConstrainError {
     Matcher(String),
 }
 
+impl From<ConstrainError> for crate::model::ModelError {
+    fn from(e: ConstrainError) -> Self {
+        Self::Constraint(e.to_string())
+    }
+}
+
 /// What the output must match.
 #[derive(Clone, Debug)]
 pub enum Constraint {

@@ -48,8 +48,10 @@ pub enum ModelError {
     LoraTarget(String),
     #[error("speculative decoding: {0}")]
     Speculative(String),
-    #[error(transparent)]
-    Constraint(#[from] crate::infer::constrain::ConstrainError),
+    /// A constrained decode's grammar or matcher failed (`infer::constrain` converts its
+    /// errors into this, so the model code names nothing above it).
+    #[error("{0}")]
+    Constraint(String),
     #[error("lora adapter {id} does not exist: {n} loaded")]
     NoSuchLora { id: usize, n: usize },
 }
