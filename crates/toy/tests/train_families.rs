@@ -4,8 +4,12 @@
 //! loaded as a full fine-tune's trainable model from their F32 GGUF, give the naive f32
 //! reference's logits (1e-5 of the largest); as a LoRA run on a Q8_0 base they give the
 //! inference engine's next-token losses on the same file (what `toy score` reports), so a
-//! fine-tune starts from the model `toy serve` runs.
+//! fine-tune starts from the model `toy serve` runs. With `inference_rounding` (K/V rounded to
+//! f16 as the cache holds them, GPT-2's GELU as ggml's table) the training pass gives the
+//! cached inference pass's logits within 1e-5 of the largest, on each family and the hybrid.
 
+#[path = "common/hybrid.rs"]
+mod hybrid;
 #[path = "common/synthetic.rs"]
 mod synthetic;
 
@@ -102,4 +106,63 @@ fn lora_run_starts_from_the_served_model_on_every_family() {
             s.arch
         );
     }
+}
+
+/// Training against cached inference on the same F32 file, at 64 and 72 tokens (from 64
+/// queries on, inference attends in f32 over its f16 cache): within 1e-5 of the largest
+/// |logit| with inference's rounding (`on`); returns the largest difference relative to it.
+fn check_inference_rounding(f: &Arc<GgufFile>, what: &str, on: bool) -> f32 {
+    let ctx = 72;
+    let mut cfg = toy::train::base_config(f, ctx).expect(what);
+    cfg.inference_rounding = on;
+    let v = cfg.vocab as u32;
+    let toks: Vec<u32> = (0..ctx as u32).map(|i| (i * 7 + 3) % v).collect();
+    let mut m = TrainModel::from_base_as(f, cfg, 1).expect(what);
+    let model = Model::from_gguf(f.clone()).unwrap();
+    let mut worst = 0f32;
+    for len in [64, ctx] {
+        let want = m.logits_last(&toks[..len]).to_vec();
+        let mut st = model.new_state(ctx, ctx);
+        let got = model.forward(&mut st, &toks[..len], Logits::Last).unwrap();
+        let spread = want.iter().fold(0f32, |a, v| a.max(v.abs()));
+        assert!(
+            spread > 0.1,
+            "{what}: logits too flat to compare ({spread})"
+        );
+        let err = want
+            .iter()
+            .zip(got)
+            .fold(0f32, |a, (x, y)| a.max((x - y).abs()));
+        worst = worst.max(err / spread.max(1.0));
+        assert!(
+            !on || err <= 1e-5 * spread.max(1.0),
+            "{what} len {len}: training logits off cached inference by {err} (max |logit| {spread})"
+        );
+    }
+    eprintln!("{what} (rounding {on}): {worst:.1e} of max |logit|");
+    worst
+}
+
+#[test]
+fn training_with_inference_rounding_is_cached_inference_on_every_family() {
+    let mut files: Vec<_> = ALL
+        .into_iter()
+        .map(|mut s| {
+            s.ctx = 80;
+            (file(&s, GgmlType::F32), s.arch)
+        })
+        .collect();
+    let h = hybrid::tiny();
+    let bytes = hybrid::gguf_with(&h, &hybrid::tensors(&h, 0x9e37_79b9), GgmlType::F32, &[]);
+    files.push((Arc::new(GgufFile::from_bytes(bytes).unwrap()), "qwen35"));
+    let mut off = 0f32;
+    for (f, what) in &files {
+        check_inference_rounding(f, what, true);
+        off = off.max(check_inference_rounding(f, what, false));
+    }
+    // the rounding is what closes the gap: plain f32 training is further off
+    assert!(
+        off > 1e-5,
+        "without the rounding already within 1e-5 ({off})"
+    );
 }

@@ -90,7 +90,16 @@ impl TrainModel {
     /// A full fine-tune's model: the shape and every weight of the llama-family or qwen35
     /// base in `file`, dequantized to f32, for `batch` sequences of `ctx` tokens.
     pub fn from_base(file: &GgufFile, ctx: usize, batch: usize) -> Result<Self, TrainError> {
-        let cfg = super::base::config_from_gguf(file, ctx)?;
+        Self::from_base_as(file, super::base::config_from_gguf(file, ctx)?, batch)
+    }
+
+    /// [`Self::from_base`] with a config the caller read from the base (`train::base_config`)
+    /// and adjusted, e.g. `inference_rounding` on.
+    pub fn from_base_as(
+        file: &GgufFile,
+        cfg: ModelConfig,
+        batch: usize,
+    ) -> Result<Self, TrainError> {
         let layout = Layout::new(&cfg);
         let mut params = vec![0f32; layout.total];
         super::base::import(file, &layout, &mut params)?;
