@@ -101,6 +101,26 @@ fn packed_lora_runs_with_dropout_resume_bit_for_bit() {
 }
 
 #[test]
+fn inference_rounding_reaches_the_training_pass_and_resumes_bit_for_bit() {
+    // [finetune] inference_rounding: the forward rounds K/V as toy serve's f16 cache holds
+    // them; the run (and its resume, from the run's own config.toml) trains another function
+    let tmp = std::env::temp_dir().join(format!("toy-ft-round-{}", std::process::id()));
+    let r = recipe(&["finetune.inference_rounding=true"]);
+    assert!(r.to_toml().contains("inference_rounding = true"));
+    let a = resumes_bit_for_bit(&tmp, &r);
+    let plain = recipe(&[]);
+    let c = fresh_run(&tmp.join("c"), &plain);
+    finetune(&c, &plain, false, &Hooks::default(), &mut |_| {}).expect("run c");
+    let ckpt = "ckpt-000004.gguf";
+    assert_ne!(
+        std::fs::read(a.path.join(ckpt)).unwrap(),
+        std::fs::read(c.path.join(ckpt)).unwrap(),
+        "inference_rounding changed nothing"
+    );
+    let _ = std::fs::remove_dir_all(&tmp);
+}
+
+#[test]
 fn a_lora_run_resumes_bit_for_bit_and_its_adapter_changes_the_model() {
     let tmp = std::env::temp_dir().join(format!("toy-ft-{}", std::process::id()));
     let r = recipe(&[]);

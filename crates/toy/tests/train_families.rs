@@ -91,6 +91,7 @@ fn lora_run_starts_from_the_served_model_on_every_family() {
             rank: 4,
             scale: 2.0,
             seed: 1,
+            inference_rounding: false,
         };
         let mut m = TrainModel::lora_on_base(&f, s.ctx, 1, &spec, None).expect(s.arch);
         let t = TOKENS.len() - 1;

@@ -46,6 +46,11 @@ pub struct FinetuneSection {
     pub dropout: f32,
     #[serde(default)]
     pub rslora: bool,
+    /// Train the function `toy serve` runs: attention sees keys and values rounded to f16 as
+    /// its cache holds them, GPT-2's GELU goes through ggml's f16 table (straight through in
+    /// the backward). Off: plain f32, as PyTorch trains.
+    #[serde(default)]
+    pub inference_rounding: bool,
 }
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]

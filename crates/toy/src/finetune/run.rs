@@ -101,6 +101,7 @@ pub fn model(
     params: Option<Vec<f32>>,
 ) -> Result<TrainModel, FinetuneError> {
     let (ctx, b) = (recipe.train.ctx, recipe.train.batch);
+    let rounding = recipe.finetune.inference_rounding;
     let m = match recipe.finetune.method {
         Method::Lora => {
             let spec = LoraSpec {
@@ -108,15 +109,17 @@ pub fn model(
                 rank: recipe.finetune.rank,
                 scale: recipe.lora_scale(),
                 seed: recipe.train.seed,
+                inference_rounding: rounding,
             };
             TrainModel::lora_on_base(file, ctx, b, &spec, params)
         }
-        Method::Full => match params {
-            None => TrainModel::from_base(file, ctx, b),
-            Some(p) => {
-                crate::train::base_config(file, ctx).and_then(|c| TrainModel::from_params(c, b, p))
+        Method::Full => crate::train::base_config(file, ctx).and_then(|mut c| {
+            c.inference_rounding = rounding;
+            match params {
+                None => TrainModel::from_base_as(file, c, b),
+                Some(p) => TrainModel::from_params(c, b, p),
             }
-        },
+        }),
     };
     let m = m.map_err(run_err)?;
     if recipe.data.pack {

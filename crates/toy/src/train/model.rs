@@ -34,6 +34,8 @@ pub struct LoraSpec {
     pub rank: usize,
     pub scale: f32,
     pub seed: u64,
+    /// Train with inference's rounding (`ModelConfig::inference_rounding`).
+    pub inference_rounding: bool,
 }
 
 pub struct TrainModel {
@@ -116,7 +118,8 @@ impl TrainModel {
         lora: &LoraSpec,
         params: Option<Vec<f32>>,
     ) -> Result<Self, TrainError> {
-        let cfg = super::base::config_from_gguf(file, ctx)?;
+        let mut cfg = super::base::config_from_gguf(file, ctx)?;
+        cfg.inference_rounding = lora.inference_rounding;
         cfg.validate()?;
         if lora.rank == 0 || lora.rank > cfg.d_model {
             return Err(TrainError::Config(format!(

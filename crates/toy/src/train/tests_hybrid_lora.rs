@@ -32,6 +32,7 @@ fn spec(targets: &[&str]) -> LoraSpec {
         rank: 3,
         scale: 1.5,
         seed: 5,
+        inference_rounding: false,
     }
 }
 

@@ -70,6 +70,7 @@ fn spec(targets: Vec<String>) -> LoraSpec {
         rank: 4,
         scale: 2.0,
         seed: 7,
+        inference_rounding: false,
     }
 }
 
