@@ -13,7 +13,7 @@ use super::lora::{RowLoras, Target};
 use super::parts::{attend_spans, embed_rows, final_rmsnorm, Mlp};
 use super::tap::tap;
 use super::tensors::BlockTable;
-use super::weights::{embedding_and_head, load_f32, Linear, Loader, Weight};
+use super::weights::{embedding_and_head, load_exact, Linear, Loader, Weight};
 use super::{Config, LayerKind, ModelError, Span, State};
 use tinynn::kernels::norm::{rmsnorm, rmsnorm_inplace};
 use tinynn::kernels::rope::Rope;
@@ -56,39 +56,14 @@ pub struct Block {
     mlp: Mlp,
 }
 
-/// A small f32 tensor that must have exactly `dims` (GGUF order).
-/// Block table `b`'s tensor `name`, its dims exactly the table's.
-fn load_dims(f: &Loader, b: &BlockTable, name: &str) -> Result<Vec<f32>, ModelError> {
-    load_exact(f, &b.full_name(name), &b.get(name).dims)
-}
-
-/// Tensor `name` as f32, its dims exactly `dims` (trailing 1s aside).
-fn load_exact(f: &Loader, name: &str, dims: &[u64]) -> Result<Vec<f32>, ModelError> {
-    let t = f
-        .tensor(name)
-        .ok_or_else(|| ModelError::MissingTensor(name.into()))?;
-    let mut got: Vec<u64> = t.dims.clone();
-    while got.len() > dims.len() && got.last() == Some(&1) {
-        got.pop();
-    }
-    if got != dims {
-        return Err(ModelError::BadShape {
-            name: name.into(),
-            expected: dims.to_vec(),
-            got: t.dims.clone(),
-        });
-    }
-    load_f32(f, name, dims.iter().product::<u64>() as usize)
-}
-
 impl GatedAttention {
     fn load(f: &Loader, t: &BlockTable) -> Result<Self, ModelError> {
         Ok(Self {
             attn_q: t.linear(f, "attn_q")?,
             attn_k: t.linear(f, "attn_k")?,
             attn_v: t.linear(f, "attn_v")?,
-            attn_q_norm: load_dims(f, t, "attn_q_norm.weight")?,
-            attn_k_norm: load_dims(f, t, "attn_k_norm.weight")?,
+            attn_q_norm: t.vector(f, "attn_q_norm.weight")?,
+            attn_k_norm: t.vector(f, "attn_k_norm.weight")?,
             attn_output: t.linear(f, "attn_output")?,
         })
     }
@@ -151,10 +126,10 @@ impl GdnMixer {
             attn_gate: t.linear(f, "attn_gate")?,
             ssm_beta: t.linear(f, "ssm_beta")?,
             ssm_alpha: t.linear(f, "ssm_alpha")?,
-            conv_w: load_dims(f, t, "ssm_conv1d.weight")?,
-            dt_bias: load_dims(f, t, "ssm_dt.bias")?,
-            ssm_a: load_dims(f, t, "ssm_a")?,
-            ssm_norm: load_dims(f, t, "ssm_norm.weight")?,
+            conv_w: t.vector(f, "ssm_conv1d.weight")?,
+            dt_bias: t.vector(f, "ssm_dt.bias")?,
+            ssm_a: t.vector(f, "ssm_a")?,
+            ssm_norm: t.vector(f, "ssm_norm.weight")?,
             ssm_out: t.linear(f, "ssm_out")?,
         })
     }
@@ -234,9 +209,9 @@ impl Block {
             LayerKind::Attention => Mixer::Attention(GatedAttention::load(f, &t)?),
         };
         Ok(Self {
-            attn_norm: load_dims(f, &t, "attn_norm.weight")?,
+            attn_norm: t.vector(f, "attn_norm.weight")?,
             mixer,
-            post_attention_norm: load_dims(f, &t, "post_attention_norm.weight")?,
+            post_attention_norm: t.vector(f, "post_attention_norm.weight")?,
             mlp: Mlp::load(f, &t)?,
         })
     }

@@ -233,11 +233,6 @@ impl BlockTable {
         let d = &self.get(&format!("{part}.weight")).dims;
         (d[0] as usize, d[1] as usize)
     }
-
-    /// A vector's length.
-    pub fn vector_len(&self, name: &str) -> usize {
-        self.get(name).dims.iter().product::<u64>() as usize
-    }
 }
 
 /// Every part name a block of `arch` may have (over its layer kinds), in table order.

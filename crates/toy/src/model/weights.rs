@@ -293,9 +293,9 @@ impl BlockTable {
         Ok(Linear { w, b })
     }
 
-    /// Vector `name` (`attn_norm.weight`) of the table's length, as f32.
+    /// Small tensor `name` (`attn_norm.weight`, the GDN conv) of the table's dims, as f32.
     pub fn vector(&self, f: &Loader, name: &str) -> Result<Vec<f32>, ModelError> {
-        load_f32(f, &self.full_name(name), self.vector_len(name))
+        load_exact(f, &self.full_name(name), &self.get(name).dims)
     }
 
     /// Vector `name` where the family has it.
@@ -305,4 +305,23 @@ impl BlockTable {
             false => Ok(None),
         }
     }
+}
+
+/// Tensor `name` as f32, its dims exactly `dims` (GGUF order; trailing 1s aside).
+pub fn load_exact(f: &Loader, name: &str, dims: &[u64]) -> Result<Vec<f32>, ModelError> {
+    let t = f
+        .tensor(name)
+        .ok_or_else(|| ModelError::MissingTensor(name.into()))?;
+    let mut got: Vec<u64> = t.dims.clone();
+    while got.len() > dims.len() && got.last() == Some(&1) {
+        got.pop();
+    }
+    if got != dims {
+        return Err(ModelError::BadShape {
+            name: name.into(),
+            expected: dims.to_vec(),
+            got: t.dims.clone(),
+        });
+    }
+    load_f32(f, name, dims.iter().product::<u64>() as usize)
 }
