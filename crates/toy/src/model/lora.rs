@@ -49,12 +49,18 @@ const TARGETS: [(&str, Target); N_TARGETS] = [
     ("ssm_out", Target::SsmOut),
 ];
 
+impl Target {
+    /// The target of part `name` (`attn_q`), if adapters may target it.
+    pub fn of(name: &str) -> Option<Target> {
+        TARGETS.iter().find(|(n, _)| *n == name).map(|&(_, t)| t)
+    }
+}
+
 /// `blk.{i}.{target}.weight` -> (i, target).
 fn parse_target(name: &str) -> Option<(usize, Target)> {
     let rest = name.strip_prefix("blk.")?.strip_suffix(".weight")?;
     let (i, t) = rest.split_once('.')?;
-    let t = TARGETS.iter().find(|(n, _)| *n == t)?.1;
-    Some((i.parse().ok()?, t))
+    Some((i.parse().ok()?, Target::of(t)?))
 }
 
 /// One adapted matrix: A (r, K), B (N, r), `lora.scale` = the adapter's alpha / r.

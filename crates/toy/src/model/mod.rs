@@ -3,15 +3,14 @@
 //! lives in a `State`, so one model can serve many sequences.
 
 pub mod adapter;
+pub mod block;
+pub mod body;
 mod config;
 mod error;
-pub mod gpt2;
 mod hybrid_config;
 pub mod kv_cache;
-pub mod llama;
 pub mod lora;
-mod parts;
-pub mod qwen35;
+pub mod ops;
 mod state;
 pub mod tap;
 pub mod tensors;
@@ -35,16 +34,10 @@ pub struct Span<'c> {
     pub len: usize,
 }
 
-enum Body {
-    Llama(llama::Llama),
-    Gpt2(gpt2::Gpt2),
-    Qwen35(qwen35::Qwen35),
-}
-
 pub struct Model {
     pub file: Arc<GgufFile>,
     pub cfg: Config,
-    body: Body,
+    body: body::Body,
     /// Adapters run unmerged, chosen per sequence (see [`Model::add_lora`]).
     loras: Vec<lora::LoadedLora>,
     /// The adapters the calls without `_lora` apply to every token (`set_default_loras`).
@@ -102,11 +95,7 @@ impl Model {
         let cfg = Config::from_gguf(&file)?;
         let body = {
             let loader = with(weights::Loader::new(&file));
-            match cfg.arch {
-                Arch::Gpt2 => Body::Gpt2(gpt2::Gpt2::load(&loader, &cfg)?),
-                Arch::Qwen35 => Body::Qwen35(qwen35::Qwen35::load(&loader, &cfg)?),
-                _ => Body::Llama(llama::Llama::load(&loader, &cfg)?),
-            }
+            body::Body::load(&loader, &cfg)?
         };
         Ok(Self {
             file,
@@ -121,7 +110,7 @@ impl Model {
     /// Keep `adapter` beside the base weights, checked against them; returns its index for
     /// the `_lora` forward calls, which apply it to the sequences that pick it.
     pub fn add_lora(&mut self, adapter: &adapter::LoraAdapter) -> Result<usize, ModelError> {
-        // LoadedLora::new refuses what is not a Llama body
+        // LoadedLora::new checks the adapter against the base
         self.loras
             .push(lora::LoadedLora::new(adapter, &self.file, &self.cfg)?);
         Ok(self.loras.len() - 1)
@@ -214,11 +203,8 @@ impl Model {
         lora: &lora::RowLoras,
     ) {
         let file = self.file.bytes();
-        match &self.body {
-            Body::Llama(m) => m.forward_hidden(file, &self.cfg, scratch, tokens, spans, lora),
-            Body::Qwen35(m) => m.forward_hidden(file, &self.cfg, scratch, tokens, spans, lora),
-            Body::Gpt2(m) => m.forward_hidden(file, &self.cfg, scratch, tokens, spans, lora),
-        }
+        self.body
+            .forward_hidden(file, &self.cfg, scratch, tokens, spans, lora)
     }
 
     /// Like [`Model::forward`] for the sequence held in `cache`, using `scratch`'s buffers
@@ -397,19 +383,11 @@ impl Model {
     }
 
     fn final_norm(&self, s: &mut State, t: usize) {
-        match &self.body {
-            Body::Llama(m) => m.final_norm(&self.cfg, s, t),
-            Body::Qwen35(m) => m.final_norm(&self.cfg, s, t),
-            Body::Gpt2(m) => m.final_norm(&self.cfg, s, t),
-        }
+        self.body.final_norm(&self.cfg, s, t)
     }
 
     fn head(&self) -> &weights::Weight {
-        match &self.body {
-            Body::Llama(m) => &m.output,
-            Body::Qwen35(m) => &m.output,
-            Body::Gpt2(m) => &m.output,
-        }
+        &self.body.output
     }
 }
 

@@ -175,7 +175,11 @@ pub fn block_tensors(arch: Arch, kind: LayerKind, s: &BlockShape) -> Vec<Tensor>
 /// The products of a block of `kind` in a model of `arch`, each its parts stacked along the
 /// output (the table's matrices, grouped).
 pub fn products(arch: Arch, kind: LayerKind, s: &BlockShape) -> Vec<Vec<Part>> {
-    let t = block_tensors(arch, kind, s);
+    grouped(&block_tensors(arch, kind, s))
+}
+
+/// A block's matrices `t`, grouped by product.
+fn grouped(t: &[Tensor]) -> Vec<Vec<Part>> {
     let n = t
         .iter()
         .filter_map(Tensor::product)
@@ -226,6 +230,11 @@ impl BlockTable {
     /// The tensor's name in the file.
     pub fn full_name(&self, name: &str) -> String {
         format!("blk.{}.{name}", self.l)
+    }
+
+    /// The block's products, each its parts (`products`).
+    pub fn products(&self) -> Vec<Vec<Part>> {
+        grouped(&self.tensors)
     }
 
     /// A matrix part's (cols in, rows out), from `part` (`attn_q`).
