@@ -1,19 +1,20 @@
-//! One transformer block, forward and backward, for every non-hybrid family (pre-norm, as
-//! llama.cpp's `llm_build_llama` / `llm_build_qwen2` / `llm_build_qwen3` / `llm_build_gpt2`
-//! and nanoGPT's `Block`):
+//! One block of every family in training, forward and backward: the operations of its
+//! `model::ops::BlockDef` (the list inference runs too), forward in order keeping what the
+//! backward needs, backward in reverse. Each op's forward and backward sit side by side in
+//! `block_ops.rs`; this file holds the block's layers, its saved values and the two walks.
+//! With s the depth scale, a llama block is
 //!   xm  = x  + attn_output(attention(rope(qk_norm(qkv(norm(x) * s)))))
 //!   out = xm + ffn_down(act(ffn_up(norm(xm) * s)))
-//! with s the depth scale. llama: RMSNorm, RoPE, GQA, SwiGLU, no biases; qwen2: llama with
-//! q/k/v biases and neox RoPE; qwen3: llama with per-head q/k RMSNorm and neox RoPE; gpt2:
-//! LayerNorm, no RoPE, GELU, biases. Which of these a family has is `Arch`'s to say, once.
-//! Letters: N = B*T rows, C width, S qkv width, F MLP width, H / Hkv heads, D head size.
+//! and the other families differ only in their list (`model::ops`).
+//! Letters: B sequences, T positions, N = B*T rows, C width, S = (H + 2 Hkv) D attention's
+//! packed q|k|v, P = 2 H D + 2 Hkv D a gated query's product, F MLP width.
 
-use super::lin::{grad2, Lin};
+use super::gdn_mixer::{DeltaNet, GdnActs, GdnScratch};
+use super::lin::Lin;
 use super::params::BlockRanges;
 use super::qk_norm::{QkActs, QkNorm};
-use super::{Arch, ModelConfig};
-use std::ops::Range;
-use tinynn::layers::act::{gelu_backward, gelu_forward, swiglu_backward, swiglu_forward};
+use super::ModelConfig;
+use crate::model::ops::{BlockDef, Op};
 use tinynn::layers::attention::Attention;
 use tinynn::layers::dropout::Dropout;
 use tinynn::layers::layernorm::LayerNorm;
@@ -79,152 +80,220 @@ impl Norm {
     }
 }
 
-/// What one block keeps from its forward for the backward, for up to N rows.
+/// A Norm op's saved values: its output (N, C), mean (LayerNorm) and rstd (N).
+pub(crate) struct NormActs {
+    pub h: Vec<f32>,
+    pub mean: Vec<f32>,
+    pub rstd: Vec<f32>,
+}
+
+/// What one block keeps from its forward for the backward, for up to N rows. Buffers of
+/// ops the block does not run are empty.
 pub(crate) struct BlockActs {
-    /// Residual stream into the block (N, C).
+    /// Residual stream into the block, and after the mixer (N, C).
     pub x: Vec<f32>,
-    /// Normalised inputs of attention and MLP (N, C), their means and rstds (N).
-    pub h1: Vec<f32>,
-    pub mean1: Vec<f32>,
-    pub rstd1: Vec<f32>,
-    pub h2: Vec<f32>,
-    pub mean2: Vec<f32>,
-    pub rstd2: Vec<f32>,
-    /// q, k, v after RoPE (N, S).
+    pub xm: Vec<f32>,
+    /// Per Norm op.
+    pub norms: Vec<NormActs>,
+    /// A gated query's product (N, P); q|k|v as attention reads them (N, S); the q/k norm's
+    /// saved values; the gate's logits (N, H D).
+    pub proj: Vec<f32>,
     pub qkv: Vec<f32>,
-    /// Per-head q/k norm (else empty): q (N H, D) and k (N Hkv, D) before it, their rstds,
-    /// and room for one of them normalised.
     pub qk: QkActs,
-    /// Attention output (N, H*D) and its log-sum-exp per query row (B, H, T).
+    pub gate: Vec<f32>,
+    /// Attention's output (N, H D), its log-sum-exp (B, H, T), and att * sigmoid(gate).
     pub att: Vec<f32>,
     pub lse: Vec<f32>,
-    /// Residual stream after attention (N, C).
-    pub xm: Vec<f32>,
-    /// MLP pre-activation: llama gate|up (N, 2F), gpt2 up (N, F); activation (N, F).
+    pub gated: Vec<f32>,
+    pub gdn: Option<GdnActs>,
+    /// MLP pre-activation: gate|up (N, 2F) or up (N, F); activation (N, F).
     pub ff: Vec<f32>,
     pub act: Vec<f32>,
-    /// The LoRA intermediates x A^T of qkv, attn_output, ffn_up, ffn_down (empty without).
-    pub u: [Vec<f32>; 4],
+    /// Per product, the LoRA intermediates x A^T (empty without adapters).
+    pub u: Vec<Vec<f32>>,
     /// The adapters' input dropout of this block for this pass (the backward regenerates
-    /// the forward's mask from it); None outside training or without dropout.
+    /// the forward's mask from it; product p gets `part(p)`); None outside training or
+    /// without dropout.
     pub drop: Option<Dropout>,
 }
 
-/// Gradient buffers the blocks share during the backward.
+/// Gradient buffers the blocks share during the backward, sized for the largest block.
 pub(crate) struct Scratch {
-    /// Gradient of the residual stream (N, C): of a block's output on entry, of its input on exit.
+    /// Gradient of the residual stream (N, C): of a block's output on entry, of its input
+    /// on exit; of a normalised input (N, C).
     pub dx: Vec<f32>,
     pub dh: Vec<f32>,
     pub dqkv: Vec<f32>,
     pub datt: Vec<f32>,
+    pub dgate: Vec<f32>,
+    pub dproj: Vec<f32>,
     pub dff: Vec<f32>,
     pub dact: Vec<f32>,
-    /// The q/k norm's backward (empty without it).
     pub dqk: Vec<f32>,
-}
-
-fn opt<'a>(p: &'a [f32], r: &Option<Range<usize>>) -> Option<&'a [f32]> {
-    r.as_ref().map(|r| &p[r.clone()])
+    pub gdn: Option<GdnScratch>,
 }
 
 pub(crate) struct Block {
     pub r: BlockRanges,
-    arch: Arch,
-    c: usize,
-    f: usize,
+    pub(super) def: BlockDef,
+    pub(super) c: usize,
+    pub(super) f: usize,
+    ctx: usize,
     /// Depth scale of the normalised inputs (1 without depth scaling).
-    scale: f32,
-    norm: Norm,
-    attn: Attention,
-    /// The per-head q/k RMSNorm, for families that have it.
-    qk_norm: Option<QkNorm>,
-    /// RoPE on q and k (all but gpt2, whose positions are learned).
-    rope: bool,
+    pub(super) scale: f32,
+    pub(super) norm: Norm,
+    /// The table's products (`model::tensors::products`), by index.
+    pub(super) lins: Vec<Lin>,
+    pub(super) attn: Attention,
+    pub(super) qk_norm: Option<QkNorm>,
+    pub(super) gdn: Option<DeltaNet>,
     /// K/V and GPT-2's GELU rounded as inference does (`ModelConfig::inference_rounding`).
-    inference_rounding: bool,
-    qkv: Lin,
-    attn_output: Lin,
-    ffn_up: Lin,
-    ffn_down: Lin,
+    pub(super) inference_rounding: bool,
+}
+
+/// Which saved buffer an op left its output in: the input of the Residual after it.
+#[derive(Clone, Copy)]
+pub(super) enum Cur {
+    Att,
+    Gated,
+    Gdn,
+    Act,
+}
+
+impl Cur {
+    /// The output kind of `op`, for the ops a Residual follows.
+    pub(super) fn after(op: &Op) -> Self {
+        match op {
+            Op::Attention => Cur::Att,
+            Op::Gate => Cur::Gated,
+            Op::DeltaNet => Cur::Gdn,
+            Op::Act(_) => Cur::Act,
+            _ => unreachable!("a Residual follows attention, its gate, the GDN or the MLP"),
+        }
+    }
 }
 
 impl Block {
     pub fn new(cfg: &ModelConfig, l: usize, r: BlockRanges) -> Self {
-        let (c, f, d) = (cfg.d_model, cfg.d_ff, cfg.head_dim());
-        let attn = Attention::new(cfg.n_head, cfg.n_kv_head, d);
-        let qk_norm = r.q_norm.is_some();
-        let up = if cfg.arch.is_gpt2() { f } else { 2 * f };
+        let (c, d) = (cfg.d_model, cfg.head_dim());
+        let def = BlockDef::new(cfg.arch, cfg.kind(l));
+        let lins = cfg
+            .products(l)
+            .iter()
+            .map(|parts| {
+                let rows = parts.iter().map(|p| p.rows).sum();
+                Lin::Dense(Linear::new(parts[0].cols, rows))
+            })
+            .collect();
+        let qk_norm = def.ops.contains(&Op::QkNorm).then(|| QkNorm {
+            norm: RmsNorm::new(d, cfg.norm_eps),
+            h: cfg.n_head,
+            hkv: cfg.n_kv_head,
+        });
+        let gdn = cfg
+            .hybrid
+            .as_ref()
+            .filter(|_| def.ops.contains(&Op::DeltaNet));
         Self {
             r,
-            arch: cfg.arch,
             c,
-            f,
+            f: cfg.d_ff,
+            ctx: cfg.ctx,
             scale: if cfg.depth_scale {
                 tinynn::layers::depth_scale(l)
             } else {
                 1.0
             },
             norm: Norm::new(cfg),
-            attn,
-            qk_norm: qk_norm.then(|| QkNorm {
-                norm: RmsNorm::new(d, cfg.norm_eps),
-                h: cfg.n_head,
-                hkv: cfg.n_kv_head,
-            }),
-            rope: !cfg.arch.is_gpt2(),
+            lins,
+            attn: Attention::new(cfg.n_head, cfg.n_kv_head, d),
+            qk_norm,
+            gdn: gdn.map(|h| DeltaNet::new(h.gdn_shape(cfg.norm_eps), cfg.ctx)),
             inference_rounding: cfg.inference_rounding,
-            qkv: Lin::Dense(Linear::new(c, attn.qkv_width())),
-            attn_output: Lin::Dense(Linear::new(cfg.n_head * d, c)),
-            ffn_up: Lin::Dense(Linear::new(c, up)),
-            ffn_down: Lin::Dense(Linear::new(f, c)),
+            def,
         }
     }
 
-    /// Replaces the four products (qkv, attn_output, ffn_up, ffn_down) with frozen ones.
+    /// Replaces the products with frozen ones (a LoRA run), in the table's order.
     pub fn freeze(&mut self, lins: Vec<Lin>) {
-        let lins: [Lin; 4] = lins
-            .try_into()
-            .unwrap_or_else(|_| unreachable!("the table gives a block four products"));
-        [self.qkv, self.attn_output, self.ffn_up, self.ffn_down] = lins;
+        assert_eq!(lins.len(), self.lins.len(), "one frozen layer per product");
+        self.lins = lins;
     }
 
-    pub fn acts(&self, b: usize, t: usize) -> BlockActs {
-        let n = b * t;
+    fn has(&self, op: Op) -> bool {
+        self.def.ops.contains(&op)
+    }
+
+    /// Whether the query carries a gate (`Op::Qkv { gated }`).
+    fn gated(&self) -> bool {
+        (self.def.ops.iter()).any(|o| matches!(o, Op::Qkv { gated: true, .. }))
+    }
+
+    /// The MLP's pre-activation width: 2F (gate|up) or F.
+    fn mlp_width(&self) -> usize {
+        let p = self.def.ops.iter().find_map(|o| match o {
+            Op::MlpIn { p } => Some(*p),
+            _ => None,
+        });
+        p.map_or(0, |p| self.lins[p].n_out())
+    }
+
+    /// Saved values for `b` sequences of the block's context.
+    pub fn acts(&self, b: usize) -> BlockActs {
+        let n = b * self.ctx;
         let z = |k: usize| vec![0f32; k];
+        let attn = self.has(Op::Attention);
+        let gated = self.gated();
+        let (hd, heads) = (self.attn.n_head * self.attn.head_dim, self.attn.n_head);
+        let on = |yes: bool, k: usize| if yes { z(k) } else { Vec::new() };
         BlockActs {
             x: z(n * self.c),
-            h1: z(n * self.c),
-            mean1: z(n),
-            rstd1: z(n),
-            h2: z(n * self.c),
-            mean2: z(n),
-            rstd2: z(n),
-            qkv: z(n * self.qkv.n_out()),
+            xm: z(n * self.c),
+            norms: (0..self.r.norms.len())
+                .map(|_| NormActs {
+                    h: z(n * self.c),
+                    mean: z(n),
+                    rstd: z(n),
+                })
+                .collect(),
+            proj: on(gated, n * (hd + self.attn.qkv_width())),
+            qkv: on(attn, n * self.attn.qkv_width()),
             qk: self
                 .qk_norm
                 .as_ref()
                 .map_or_else(QkActs::default, |q| q.acts(n)),
-            att: z(n * self.attn_output.n_in()),
-            lse: z(b * self.attn.n_head * t),
-            xm: z(n * self.c),
-            ff: z(n * self.ffn_up.n_out()),
+            gate: on(gated, n * hd),
+            att: on(attn, n * hd),
+            lse: on(attn, b * heads * self.ctx),
+            gated: on(gated, n * hd),
+            gdn: self.gdn.as_ref().map(|g| g.acts(b)),
+            ff: z(n * self.mlp_width()),
             act: z(n * self.f),
-            u: [&self.qkv, &self.attn_output, &self.ffn_up, &self.ffn_down]
-                .map(|l| z(n * l.u_width())),
+            u: self.lins.iter().map(|l| z(n * l.u_width())).collect(),
             drop: None,
         }
     }
 
-    pub fn scratch(&self, n: usize) -> Scratch {
-        let z = |k: usize| vec![0f32; k];
+    /// Backward scratch for N rows, with room for every block of `blocks`.
+    pub fn scratch(blocks: &[Block], n: usize) -> Scratch {
+        let most =
+            |f: &dyn Fn(&Block) -> usize| vec![0f32; blocks.iter().map(f).max().unwrap_or(0)];
+        let attn = |b: &Block| b.has(Op::Attention);
+        let hd = |b: &Block| b.attn.n_head * b.attn.head_dim * attn(b) as usize;
+        let gated = |b: &Block, k: usize| if b.gated() { k } else { 0 };
         Scratch {
-            dx: z(n * self.c),
-            dh: z(n * self.c),
-            dqkv: z(n * self.qkv.n_out()),
-            datt: z(n * self.attn_output.n_in()),
-            dff: z(n * self.ffn_up.n_out()),
-            dact: z(n * self.f),
-            dqk: z(self.qk_norm.as_ref().map_or(0, |q| q.scratch_len(n))),
+            dx: most(&|b| n * b.c),
+            dh: most(&|b| n * b.c),
+            dqkv: most(&|b| n * b.attn.qkv_width() * attn(b) as usize),
+            datt: most(&|b| n * hd(b)),
+            dgate: most(&|b| gated(b, n * hd(b))),
+            dproj: most(&|b| gated(b, n * b.lins[0].n_out())),
+            dff: most(&|b| n * b.mlp_width()),
+            dact: most(&|b| n * b.f),
+            dqk: most(&|b| b.qk_norm.as_ref().map_or(0, |q| q.scratch_len(n))),
+            gdn: blocks
+                .iter()
+                .find_map(|b| b.gdn.as_ref().map(|g| g.scratch(n))),
         }
     }
 
@@ -238,103 +307,10 @@ impl Block {
         b: usize,
         t: usize,
     ) {
-        let (r, n, c, f) = (&self.r, b * t, self.c, self.f);
-        self.norm.forward(
-            &a.x,
-            &p[r.attn_norm.clone()],
-            opt(p, &r.attn_norm_b),
-            self.scale,
-            &mut a.h1,
-            &mut a.mean1,
-            &mut a.rstd1,
-            n,
-        );
-        // (N, C) -> (N, S)
-        self.qkv.forward(
-            p,
-            &r.qkv,
-            &r.qkv_b,
-            &a.h1,
-            &mut a.qkv,
-            &mut a.u[0],
-            n,
-            false,
-            a.drop.map(|d| d.part(0)),
-        );
-        if let (Some(qk), Some(wq), Some(wk)) = (&self.qk_norm, &r.q_norm, &r.k_norm) {
-            qk.forward(p, (wq, wk), &mut a.qkv, &mut a.qk, n);
+        let mut at = super::block_ops::Walk::default();
+        for op in &self.def.ops {
+            self.op_forward(*op, &mut at, p, a, out, rope, b, t);
         }
-        if self.rope {
-            rope.forward(
-                &mut a.qkv,
-                self.qkv.n_out(),
-                self.attn.n_head + self.attn.n_kv_head,
-                t,
-                n,
-            );
-        }
-        if self.inference_rounding {
-            self.attn.round_kv_f16(&mut a.qkv, n);
-        }
-        // (N, S) -> (N, H*D)
-        self.attn
-            .forward_packed(&a.qkv, &mut a.att, &mut a.lse, b, t, rope.pos);
-        a.xm[..n * c].copy_from_slice(&a.x[..n * c]);
-        self.attn_output.forward(
-            p,
-            &r.attn_output,
-            &r.attn_output_b,
-            &a.att,
-            &mut a.xm,
-            &mut a.u[1],
-            n,
-            true,
-            a.drop.map(|d| d.part(1)),
-        );
-
-        self.norm.forward(
-            &a.xm,
-            &p[r.ffn_norm.clone()],
-            opt(p, &r.ffn_norm_b),
-            self.scale,
-            &mut a.h2,
-            &mut a.mean2,
-            &mut a.rstd2,
-            n,
-        );
-        // (N, C) -> (N, 2F) or (N, F) -> (N, F)
-        self.ffn_up.forward(
-            p,
-            &r.ffn_up,
-            &r.ffn_up_b,
-            &a.h2,
-            &mut a.ff,
-            &mut a.u[2],
-            n,
-            false,
-            a.drop.map(|d| d.part(2)),
-        );
-        match self.arch.is_gpt2() {
-            false => swiglu_forward(&a.ff, &mut a.act, n, f),
-            true if self.inference_rounding => {
-                // ggml's GELU through f16 (the inference kernel); the backward stays exact
-                a.act[..n * f].copy_from_slice(&a.ff[..n * f]);
-                tinynn::kernels::act::gelu(&mut a.act[..n * f]);
-            }
-            true => gelu_forward(&a.ff[..n * f], &mut a.act[..n * f]),
-        }
-        out[..n * c].copy_from_slice(&a.xm[..n * c]);
-        self.ffn_down.forward(
-            p,
-            &r.ffn_down,
-            &r.ffn_down_b,
-            &a.act,
-            out,
-            &mut a.u[3],
-            n,
-            true,
-            a.drop.map(|d| d.part(3)),
-        );
     }
 
     /// s.dx holds the gradient of the block's output; on return, that of its input. Parameter
@@ -344,109 +320,16 @@ impl Block {
         &self,
         p: &[f32],
         g: &mut [f32],
-        a: &BlockActs,
+        a: &mut BlockActs,
         s: &mut Scratch,
         rope: RopeAt,
         b: usize,
         t: usize,
     ) {
-        let (r, n, f) = (&self.r, b * t, self.f);
-        self.ffn_down.backward(
-            p,
-            g,
-            &r.ffn_down,
-            &r.ffn_down_b,
-            &s.dx,
-            &a.act,
-            &a.u[3],
-            Some(&mut s.dact),
-            false,
-            n,
-            a.drop.map(|d| d.part(3)),
-        );
-        match self.arch.is_gpt2() {
-            false => swiglu_backward(&s.dact, &a.ff, &mut s.dff, n, f),
-            true => gelu_backward(&s.dact[..n * f], &a.ff[..n * f], &mut s.dff[..n * f]),
+        let mut at = super::block_ops::Walk::end(&self.def);
+        for (i, op) in self.def.ops.iter().enumerate().rev() {
+            let prev = i.checked_sub(1).map(|j| &self.def.ops[j]);
+            self.op_backward(*op, prev, &mut at, p, g, a, s, rope, b, t);
         }
-        self.ffn_up.backward(
-            p,
-            g,
-            &r.ffn_up,
-            &r.ffn_up_b,
-            &s.dff,
-            &a.h2,
-            &a.u[2],
-            Some(&mut s.dh),
-            false,
-            n,
-            a.drop.map(|d| d.part(2)),
-        );
-        let (dw, db) = grad2(g, &r.ffn_norm, &r.ffn_norm_b);
-        self.norm.backward(
-            &s.dh,
-            &a.xm,
-            &p[r.ffn_norm.clone()],
-            self.scale,
-            &a.mean2,
-            &a.rstd2,
-            &mut s.dx,
-            dw,
-            db,
-            n,
-        );
-
-        self.attn_output.backward(
-            p,
-            g,
-            &r.attn_output,
-            &r.attn_output_b,
-            &s.dx,
-            &a.att,
-            &a.u[1],
-            Some(&mut s.datt),
-            false,
-            n,
-            a.drop.map(|d| d.part(1)),
-        );
-        self.attn
-            .backward_packed(&s.datt, &a.qkv, &a.att, &a.lse, &mut s.dqkv, b, t, rope.pos);
-        if self.rope {
-            rope.backward(
-                &mut s.dqkv,
-                self.qkv.n_out(),
-                self.attn.n_head + self.attn.n_kv_head,
-                t,
-                n,
-            );
-        }
-        if let (Some(qk), Some(wq), Some(wk)) = (&self.qk_norm, &r.q_norm, &r.k_norm) {
-            qk.backward(p, g, (wq, wk), &mut s.dqkv, &a.qk, &mut s.dqk, n);
-        }
-        self.qkv.backward(
-            p,
-            g,
-            &r.qkv,
-            &r.qkv_b,
-            &s.dqkv,
-            &a.h1,
-            &a.u[0],
-            Some(&mut s.dh),
-            false,
-            n,
-            a.drop.map(|d| d.part(0)),
-        );
-        let (dw, db) = grad2(g, &r.attn_norm, &r.attn_norm_b);
-        self.norm.backward(
-            &s.dh,
-            &a.x,
-            &p[r.attn_norm.clone()],
-            self.scale,
-            &a.mean1,
-            &a.rstd1,
-            &mut s.dx,
-            dw,
-            db,
-            n,
-        );
     }
 }

@@ -6,7 +6,6 @@
 //! attn_output; every layer's ffn_gate|ffn_up and ffn_down. The conv, dt bias, A_log and the
 //! norms stay f32, frozen.
 
-use super::hybrid_params::{AttnRanges, GdnRanges, HybridRanges, MixerRanges};
 use super::params::{targeted, Init, Layout, LoraRanges};
 use super::ModelConfig;
 use std::collections::HashMap;
@@ -21,7 +20,7 @@ impl Layout {
         let mut lay = Layout::empty();
         // old range start -> new range, for the tensors this layout keeps
         let mut moved: HashMap<usize, Range<usize>> = HashMap::new();
-        for (l, hr) in full.hybrid.iter().enumerate() {
+        for (l, br) in full.blocks.iter().enumerate() {
             let prods = cfg.products(l);
             let is_product = |name: &str| {
                 prods
@@ -37,7 +36,7 @@ impl Layout {
                 }
             }
             let remap = |r: &Range<usize>| moved.get(&r.start).cloned().unwrap_or(0..0);
-            lay.hybrid.push(remapped(hr, remap));
+            lay.blocks.push(br.map(remap));
             let mut adapters = Vec::new();
             for p in prods.iter().flatten() {
                 if !targeted(targets, p.name) {
@@ -56,34 +55,5 @@ impl Layout {
         let c = vec![cfg.d_model as u64];
         lay.output_norm = lay.push("output_norm.weight".into(), c, false, Init::Ones);
         lay
-    }
-}
-
-/// `hr` with each range mapped by `remap`.
-fn remapped(hr: &HybridRanges, remap: impl Fn(&Range<usize>) -> Range<usize>) -> HybridRanges {
-    HybridRanges {
-        attn_norm: remap(&hr.attn_norm),
-        mixer: match &hr.mixer {
-            MixerRanges::Gdn(g) => MixerRanges::Gdn(GdnRanges {
-                qkv: remap(&g.qkv),
-                gate: remap(&g.gate),
-                beta: remap(&g.beta),
-                alpha: remap(&g.alpha),
-                conv: remap(&g.conv),
-                dt_bias: remap(&g.dt_bias),
-                a_log: remap(&g.a_log),
-                norm: remap(&g.norm),
-                out: remap(&g.out),
-            }),
-            MixerRanges::Attn(a) => MixerRanges::Attn(AttnRanges {
-                qkv: remap(&a.qkv),
-                q_norm: remap(&a.q_norm),
-                k_norm: remap(&a.k_norm),
-                output: remap(&a.output),
-            }),
-        },
-        ffn_norm: remap(&hr.ffn_norm),
-        ffn_up: remap(&hr.ffn_up),
-        ffn_down: remap(&hr.ffn_down),
     }
 }

@@ -5,13 +5,11 @@
 
 mod base;
 mod block;
+mod block_ops;
 mod config;
-mod gated_attn;
 mod gdn_mixer;
-mod hybrid;
 mod hybrid_config;
 mod hybrid_lora;
-mod hybrid_params;
 mod lin;
 mod model;
 pub(crate) use model::add_and_clear;

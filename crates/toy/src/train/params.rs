@@ -6,8 +6,8 @@
 //! one gemm over the joint range: llama's attn_q, attn_k, attn_v ((H + 2 Hkv) D, C) and
 //! ffn_gate, ffn_up (2F, C).
 
-use super::hybrid_params::HybridRanges;
 use super::ModelConfig;
+use crate::model::ops::{BlockDef, Op};
 use crate::model::tensors::{Role, Tensor};
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
@@ -39,26 +39,69 @@ pub(super) enum Init {
     Zeros,
 }
 
-/// The ranges one block's layers read. Biases and LayerNorm biases for gpt2; q/k/v biases
-/// (`qkv_b`) for qwen2; the per-head q/k norms for qwen3.
+/// Where one block's tensors are, grouped as its ops (`model::ops::BlockDef`) read them.
 #[derive(Clone, Debug)]
 pub(crate) struct BlockRanges {
-    pub attn_norm: Range<usize>,
-    pub attn_norm_b: Option<Range<usize>>,
-    /// Fused q, k, v: ((H + 2 Hkv) D, C).
-    pub qkv: Range<usize>,
-    pub qkv_b: Option<Range<usize>>,
-    pub q_norm: Option<Range<usize>>,
-    pub k_norm: Option<Range<usize>>,
-    pub attn_output: Range<usize>,
-    pub attn_output_b: Option<Range<usize>>,
-    pub ffn_norm: Range<usize>,
-    pub ffn_norm_b: Option<Range<usize>>,
-    /// llama: gate then up (2F, C); gpt2: up (F, C).
-    pub ffn_up: Range<usize>,
-    pub ffn_up_b: Option<Range<usize>>,
-    pub ffn_down: Range<usize>,
-    pub ffn_down_b: Option<Range<usize>>,
+    /// Each Norm op's weight and (LayerNorm) bias, in op order.
+    pub norms: Vec<(Range<usize>, Option<Range<usize>>)>,
+    /// Each product's matrices, side by side in table order (q|k|v, gate|up), and their
+    /// biases, likewise, where the family has them.
+    pub products: Vec<Range<usize>>,
+    pub biases: Vec<Option<Range<usize>>>,
+    /// `attn_q_norm`, `attn_k_norm` (D each).
+    pub qk_norm: Option<(Range<usize>, Range<usize>)>,
+    /// The Gated DeltaNet core's `ssm_conv1d` (W, K), `ssm_dt.bias` (Hv), `ssm_a` (Hv; A_log
+    /// while training) and `ssm_norm` (Dv).
+    pub gdn: Option<[Range<usize>; 4]>,
+}
+
+impl BlockRanges {
+    /// Block l's ranges from where its tensors landed.
+    pub(super) fn new(cfg: &ModelConfig, l: usize, s: &BlockSlots) -> Self {
+        let def = BlockDef::new(cfg.arch, cfg.kind(l));
+        let prods = cfg.products(l);
+        let norms = def
+            .ops
+            .iter()
+            .filter_map(|op| match op {
+                Op::Norm { name } => Some((
+                    s.req(&format!("{name}.weight")),
+                    s.get(&format!("{name}.bias")),
+                )),
+                _ => None,
+            })
+            .collect();
+        let bias = |parts: &[crate::model::tensors::Part]| {
+            let first = format!("{}.bias", parts.first()?.name);
+            let last = format!("{}.bias", parts.last()?.name);
+            s.span(&first, &last)
+        };
+        let gdn = [
+            "ssm_conv1d.weight",
+            "ssm_dt.bias",
+            "ssm_a",
+            "ssm_norm.weight",
+        ];
+        Self {
+            norms,
+            products: (0..prods.len()).map(|p| s.product(p)).collect(),
+            biases: prods.iter().map(|p| bias(p)).collect(),
+            qk_norm: s.get("attn_q_norm.weight").zip(s.get("attn_k_norm.weight")),
+            gdn: s.get("ssm_a").map(|_| gdn.map(|n| s.req(n))),
+        }
+    }
+
+    /// Every range through `f` (a LoRA layout's view of the full layout's ranges).
+    pub(super) fn map(&self, f: impl Fn(&Range<usize>) -> Range<usize>) -> Self {
+        let opt = |r: &Option<Range<usize>>| r.as_ref().map(&f);
+        Self {
+            norms: self.norms.iter().map(|(w, b)| (f(w), opt(b))).collect(),
+            products: self.products.iter().map(&f).collect(),
+            biases: self.biases.iter().map(opt).collect(),
+            qk_norm: self.qk_norm.as_ref().map(|(q, k)| (f(q), f(k))),
+            gdn: self.gdn.as_ref().map(|g| g.each_ref().map(&f)),
+        }
+    }
 }
 
 /// One adapter of a LoRA run: on base tensor `base`, A (r, K) and B (M, r) in params.
@@ -75,8 +118,6 @@ pub(crate) struct Layout {
     pub token_embd: Range<usize>,
     pub position_embd: Option<Range<usize>>,
     pub blocks: Vec<BlockRanges>,
-    /// qwen35's blocks instead of `blocks`.
-    pub hybrid: Vec<HybridRanges>,
     /// LoRA runs: per block, the adapters (the rest of the block's matrices stay frozen in the
     /// base; their ranges here are empty).
     pub lora: Vec<Vec<LoraRanges>>,
@@ -134,7 +175,6 @@ impl Layout {
             token_embd: 0..0,
             position_embd: None,
             blocks: Vec::new(),
-            hybrid: Vec::new(),
             lora: Vec::new(),
             output_norm: 0..0,
             output_norm_b: None,
@@ -173,7 +213,6 @@ impl Layout {
             token_embd: 0..0,
             position_embd: None,
             blocks: Vec::with_capacity(l),
-            hybrid: Vec::new(),
             lora: Vec::new(),
             output_norm: 0..0,
             output_norm_b: None,
@@ -190,30 +229,9 @@ impl Layout {
             );
             lay.position_embd = Some(p);
         }
-        if let Some(h) = &cfg.hybrid {
-            lay.hybrid = (0..l).map(|i| lay.push_hybrid(cfg, h, i)).collect();
-        }
-        // the Llama / GPT-2 blocks (a hybrid has laid out its own above)
-        for i in (0..l).filter(|_| cfg.hybrid.is_none()) {
+        for i in 0..l {
             let s = lay.push_block(cfg, i);
-            lay.blocks.push(BlockRanges {
-                attn_norm: s.req("attn_norm.weight"),
-                attn_norm_b: s.get("attn_norm.bias"),
-                qkv: s.product(0),
-                qkv_b: s
-                    .get("attn_qkv.bias")
-                    .or_else(|| s.span("attn_q.bias", "attn_v.bias")),
-                q_norm: s.get("attn_q_norm.weight"),
-                k_norm: s.get("attn_k_norm.weight"),
-                attn_output: s.product(1),
-                attn_output_b: s.get("attn_output.bias"),
-                ffn_norm: s.req("ffn_norm.weight"),
-                ffn_norm_b: s.get("ffn_norm.bias"),
-                ffn_up: s.product(2),
-                ffn_up_b: s.get("ffn_up.bias"),
-                ffn_down: s.product(3),
-                ffn_down_b: s.get("ffn_down.bias"),
-            });
+            lay.blocks.push(BlockRanges::new(cfg, i, &s));
         }
         lay.output_norm = lay.push("output_norm.weight".into(), vec![c], false, Init::Ones);
         if gpt2 {
@@ -293,26 +311,7 @@ impl Layout {
             }
         };
         let opt = |r: &Option<Range<usize>>| r.as_ref().map(map);
-        lay.blocks = full
-            .blocks
-            .iter()
-            .map(|b| BlockRanges {
-                attn_norm: map(&b.attn_norm),
-                attn_norm_b: opt(&b.attn_norm_b),
-                qkv: 0..0,
-                qkv_b: opt(&b.qkv_b),
-                q_norm: opt(&b.q_norm),
-                k_norm: opt(&b.k_norm),
-                attn_output: 0..0,
-                attn_output_b: opt(&b.attn_output_b),
-                ffn_norm: map(&b.ffn_norm),
-                ffn_norm_b: opt(&b.ffn_norm_b),
-                ffn_up: 0..0,
-                ffn_up_b: opt(&b.ffn_up_b),
-                ffn_down: 0..0,
-                ffn_down_b: opt(&b.ffn_down_b),
-            })
-            .collect();
+        lay.blocks = full.blocks.iter().map(|b| b.map(map)).collect();
         lay.position_embd = opt(&full.position_embd);
         lay.output_norm = map(&full.output_norm);
         lay.output_norm_b = opt(&full.output_norm_b);

@@ -74,22 +74,10 @@ impl Net {
         let mut net = Self::new(cfg);
         // one loader: every frozen matrix repacked into its one arena, as inference loads
         let f = crate::model::weights::Loader::new(file);
-        match &mut net.stack {
-            Stack::Std(blocks) => {
-                for (l, blk) in blocks.iter_mut().enumerate() {
-                    blk.r = layout.blocks[l].clone();
-                    let lora = &layout.lora[l];
-                    blk.freeze(super::base::frozen_lins(&f, file, cfg, l, lora, scale)?);
-                }
-            }
-            Stack::Hybrid(blocks) => {
-                for (l, blk) in blocks.iter_mut().enumerate() {
-                    blk.r = layout.hybrid[l].clone();
-                    let lora = &layout.lora[l];
-                    let lins = super::base::frozen_lins(&f, file, cfg, l, lora, scale)?;
-                    blk.freeze(lins);
-                }
-            }
+        for (l, blk) in net.stack.0.iter_mut().enumerate() {
+            blk.r = layout.blocks[l].clone();
+            let lora = &layout.lora[l];
+            blk.freeze(super::base::frozen_lins(&f, file, cfg, l, lora, scale)?);
         }
         let (v, c) = (cfg.vocab, cfg.d_model);
         let embd = super::base::frozen_mat(&f, file, "token_embd.weight", v, c)?;
