@@ -1,10 +1,9 @@
 //! Training from a model one already has (fine-tuning): its shape from the GGUF's llama.cpp
 //! keys (`llama-arch.cpp`), and its weights either dequantized into the flat params (full
 //! fine-tune) or left in the file in their stored types as frozen layers with LoRA adapters
-//! beside them (`lin.rs`). The llama family (SmolLM2, TinyLlama, ...) takes both ways: its
-//! tensors are the trainer's own (`params.rs`), RoPE in ggml's normal mode. A `qwen35` hybrid
-//! (llama.cpp `src/models/qwen35.cpp`) takes the full fine-tune: its GGUF tensors are the
-//! hybrid trainer's (`hybrid_params.rs`) but for `ssm_a`, stored as -exp(A_log).
+//! beside them (`lin.rs`). Every family takes both ways: a base's block tensors are the
+//! trainer's own (`params.rs`, from the one table in `model::tensors`), but for a `qwen35`
+//! hybrid's `ssm_a`, stored as -exp(A_log) where the trainer keeps A_log.
 
 use super::lin::{FrozenMat, Lin, LoraPart, Part};
 use super::params::{Layout, LoraRanges};
