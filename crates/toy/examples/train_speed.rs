@@ -7,14 +7,14 @@ use std::alloc::{GlobalAlloc, Layout, System};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Instant;
 use tinynn::optim::{clip_grad_norm, AdamW, AdamWConfig};
-use toy::train::{Arch, ModelConfig, TrainModel};
+use toy::train::{Arch, ModelConfig, ModelSpec, TrainModel};
 
 fn config(name: &str, arch: Arch) -> (ModelConfig, usize) {
     let (vocab, d_model, n_head, d_ff, n_layer, ctx, batch) = match name {
         "tiny" => (627, 64, 4, 128, 2, 32, 16),
         _ => (4096, 288, 6, 768, 6, 256, 8),
     };
-    let cfg = ModelConfig {
+    let cfg = ModelConfig::try_from(ModelSpec {
         arch,
         vocab,
         d_model,
@@ -32,7 +32,8 @@ fn config(name: &str, arch: Arch) -> (ModelConfig, usize) {
         rope_freqs: None,
         ctx_train: None,
         inference_rounding: false,
-    };
+    })
+    .expect("a valid config");
     (cfg, batch)
 }
 

@@ -53,8 +53,8 @@ fn checkpoint_gguf_loads_matches_training_logits_and_generates() {
         assert_eq!(f.get_u64(&format!("{arch}.context_length")), Some(16));
 
         let model = Model::open(&gguf_path).expect("checkpoint loads as a model");
-        let mut trained =
-            TrainModel::from_params(recipe.model_config(), 1, state.params).expect("params");
+        let mut trained = TrainModel::from_params(recipe.model_config().unwrap(), 1, state.params)
+            .expect("params");
         let tok = Tokenizer::from_gguf(&f).expect("embedded tokenizer");
         let prompt = tok.encode("fn main() {\n    let", false).expect("encode");
         let want = trained.logits_last(&prompt).to_vec();

@@ -31,20 +31,20 @@ fn set(list: &[&str]) -> Vec<String> {
 #[test]
 fn shipped_hybrid_recipes_are_three_gdn_to_one_attention() {
     let tiny = Recipe::load(&recipe_path("hybrid-tiny.toml"), &[]).expect("hybrid-tiny");
-    let c = tiny.model_config();
+    let c = tiny.model_config().unwrap();
     assert_eq!(c.arch, Arch::Qwen35);
     assert_eq!(
         (c.vocab, c.d_model, c.ctx, tiny.train.batch),
         (627, 64, 32, 16)
     );
-    let h = c.hybrid.as_ref().expect("hybrid shape");
+    let h = c.hybrid().expect("hybrid shape");
     assert_eq!(h.layers, [Gdn, Gdn, Gdn, Attn]);
     TrainModel::try_init(c, 2, 0).expect("hybrid-tiny builds");
 
     let small = Recipe::load(&recipe_path("hybrid-small.toml"), &[]).expect("hybrid-small");
-    let c = small.model_config();
+    let c = small.model_config().unwrap();
     assert_eq!((c.vocab, c.d_model, c.ctx), (4096, 288, 256));
-    let h = c.hybrid.as_ref().expect("hybrid shape");
+    let h = c.hybrid().expect("hybrid shape");
     assert_eq!(h.layers, [Gdn, Gdn, Gdn, Attn, Gdn, Gdn, Gdn, Attn]);
     assert_eq!((h.head_dim, h.rope_dim), (48, 12));
     // the resolved recipe a run folder keeps parses back to the same one
@@ -61,7 +61,7 @@ fn qwen35_keys_default_as_qwen35_does() {
         &set(&["model.arch=qwen35", "model.n_layer=8"]),
     )
     .expect("qwen35 from the tiny shape");
-    let h = r.model_config().hybrid.expect("hybrid shape");
+    let h = r.model_config().unwrap().hybrid().expect("hybrid shape");
     // every 4th layer attends; head d_model / n_head, a quarter of it rotated
     assert_eq!(h.layers, [Gdn, Gdn, Gdn, Attn, Gdn, Gdn, Gdn, Attn]);
     assert_eq!((h.head_dim, h.rope_dim, h.conv_kernel), (16, 4, 4));
@@ -153,7 +153,7 @@ fn hybrid_checkpoint_is_a_qwen35_gguf_with_the_training_logits() {
 
     let model = Model::open(&gguf_path).expect("checkpoint loads as a model");
     let mut trained =
-        TrainModel::from_params(recipe.model_config(), 1, state.params).expect("params");
+        TrainModel::from_params(recipe.model_config().unwrap(), 1, state.params).expect("params");
     let tok = Tokenizer::from_gguf(&f).expect("embedded tokenizer");
     let prompt = tok.encode("fn main() {\n    let", false).expect("encode");
     let want = trained.logits_last(&prompt).to_vec();

@@ -75,7 +75,7 @@ fn overrides_set_nested_values_of_any_type() {
     assert!(r.model.depth_scale);
     assert_eq!(r.eval.prompt, "struct");
     assert_eq!(r.data.dir, PathBuf::from("somewhere/else"));
-    let cfg = r.model_config();
+    let cfg = r.model_config().unwrap();
     assert!(cfg.tied, "gpt2 always ties its head");
 }
 
@@ -131,7 +131,7 @@ fn qwen2_and_qwen3_recipes_train_and_export_as_their_family() {
             sets.push("model.head_dim=12".into());
         }
         let r = Recipe::load(&recipe_path("tiny.toml"), &sets).expect(arch);
-        let c = r.model_config();
+        let c = r.model_config().unwrap();
         assert_eq!(c.arch.name(), arch);
         assert_eq!(c.head_dim(), if extra { 12 } else { 8 });
         let mut m = TrainModel::try_init(c.clone(), 1, 3).unwrap();

@@ -189,8 +189,8 @@ mod tests {
 
     #[test]
     fn a_repacked_batch_trains_as_its_padded_rows() {
-        use crate::train::{Arch, ModelConfig, TrainModel};
-        let cfg = ModelConfig {
+        use crate::train::{Arch, ModelConfig, ModelSpec, TrainModel};
+        let cfg = ModelConfig::try_from(ModelSpec {
             arch: Arch::Llama,
             vocab: 29,
             d_model: 16,
@@ -208,7 +208,8 @@ mod tests {
             rope_freqs: None,
             ctx_train: None,
             inference_rounding: false,
-        };
+        })
+        .expect("a valid config");
         let (b, t) = (6, 12);
         let lens = [12usize, 3, 7, 0, 9, 5];
         let (mut x, y) = padded(&lens, t);

@@ -4,7 +4,7 @@
 
 use super::block::{Block, NormW};
 use super::lora::RowLoras;
-use super::weights::{embedding_and_head, load_exact, load_f32_opt, Loader, Weight};
+use super::weights::{embedding_and_head, load_exact, Loader, Weight};
 use super::{Config, ModelError, Span, State};
 use tinynn::kernels::rope::Rope;
 
@@ -28,9 +28,8 @@ impl Body {
         let rope = match gpt2 {
             true => None,
             false => {
-                let freq_factors = load_f32_opt(f, "rope_freqs.weight", cfg.rope_dim / 2)?;
                 let (dim, base, neox) = (cfg.rope_dim, cfg.rope_base, cfg.rope_neox);
-                Some(Rope::new(dim, base, neox, freq_factors.as_deref()))
+                Some(Rope::new(dim, base, neox, cfg.rope_freqs.as_deref()))
             }
         };
         let position_embd = match gpt2 {

@@ -76,8 +76,10 @@ impl Arch {
     }
 }
 
-/// Shapes and constants of a transformer stack.
-#[derive(Clone, Debug)]
+/// Shapes and constants of a model: the one config of each family, filled from a GGUF's
+/// keys here or from a recipe's `[model]` (`train::ModelConfig`, which wraps it), and read
+/// by inference and training alike.
+#[derive(Clone, Debug, PartialEq)]
 pub struct Config {
     pub arch: Arch,
     pub n_layer: usize,
@@ -101,6 +103,36 @@ pub struct Config {
     pub kinds: Vec<LayerKind>,
     /// The shape of the GDN layers, for hybrids.
     pub gdn: Option<GdnShape>,
+    /// The head is the token embedding (the file has no `output.weight`).
+    pub tied: bool,
+    /// llama3 RoPE scaling: a divisor per rotated pair (`rope_freqs.weight`).
+    pub rope_freqs: Option<Vec<f32>>,
+}
+
+/// `rope_freqs.weight` (R / 2) as f32, where the file has it.
+fn rope_freqs(f: &GgufFile, rope_dim: usize) -> Result<Option<Vec<f32>>, ModelError> {
+    let name = "rope_freqs.weight";
+    let Some(t) = f.tensor(name) else {
+        return Ok(None);
+    };
+    let len = rope_dim / 2;
+    let n: u64 = t.dims.iter().product();
+    if n != len as u64 {
+        return Err(ModelError::BadShape {
+            name: name.into(),
+            expected: vec![len as u64],
+            got: t.dims.clone(),
+        });
+    }
+    let q = tinynn::kernels::QMat::new(t.ty, 1, len, f.tensor_data(t)).map_err(|e| {
+        ModelError::BadKey {
+            key: name.into(),
+            why: e.to_string(),
+        }
+    })?;
+    let mut out = vec![0f32; len];
+    q.dequantize_row(0, &mut out);
+    Ok(Some(out))
 }
 
 fn req(f: &GgufFile, key: &str) -> Result<usize, ModelError> {
@@ -204,6 +236,8 @@ impl Config {
             rope_neox: arch.rope_neox(),
             kinds,
             gdn,
+            tied: f.tensor("output.weight").is_none(),
+            rope_freqs: rope_freqs(f, rope_dim)?,
         })
     }
 

@@ -7,11 +7,11 @@
 
 use super::lin::{FrozenMat, Lin, LoraPart, Part};
 use super::params::{Layout, LoraRanges};
-use super::{HybridConfig, ModelConfig, TrainError};
+use super::{ModelConfig, TrainError};
 use crate::gguf::GgufFile;
 use crate::model::tensors::Part as TablePart;
 use crate::model::weights::{Loader, Weight};
-use crate::model::{Arch, Config};
+use crate::model::Config;
 use std::sync::Arc;
 use tinynn::kernels::QMat;
 use tinynn::layers::lora::Lora;
@@ -23,81 +23,26 @@ fn bad(m: String) -> TrainError {
 /// The trainer's config of the base model in `file`, for sequences of `ctx` tokens: a
 /// llama-family model, or a `qwen35` hybrid (Gated DeltaNet and gated attention layers).
 pub fn config_from_gguf(file: &GgufFile, ctx: usize) -> Result<ModelConfig, TrainError> {
-    let c = Config::from_gguf(file).map_err(|e| bad(e.to_string()))?;
-    let hybrid = match c.arch {
-        Arch::Qwen35 => Some(hybrid_config(&c)?),
-        _ if c.rope_dim != c.head_dim && !c.arch.is_gpt2() => {
-            return Err(bad(format!(
-                "RoPE on {} of {} dims of each head: the trainer turns whole heads outside hybrids",
-                c.rope_dim, c.head_dim
-            )))
-        }
-        _ => None,
-    };
-    // GPT-2 learns its positions: the table bounds the context
-    if c.arch.is_gpt2() && ctx > c.ctx_train {
+    let mut shape = Config::from_gguf(file).map_err(|e| bad(e.to_string()))?;
+    if shape.rope_dim != shape.head_dim && !shape.arch.is_gpt2() && shape.gdn.is_none() {
         return Err(bad(format!(
-            "a gpt2 base has {} learned positions; ctx {ctx} is longer",
-            c.ctx_train
+            "RoPE on {} of {} dims of each head: the trainer turns whole heads outside hybrids",
+            shape.rope_dim, shape.head_dim
         )));
     }
-    let rope_freqs = match file.tensor("rope_freqs.weight") {
-        None => None,
-        Some(_) => Some(dequantized(file, "rope_freqs.weight", c.rope_dim / 2)?),
-    };
-    let own_head_dim = hybrid.is_none() && c.head_dim * c.n_head != c.d_model;
-    Ok(ModelConfig {
-        arch: c.arch,
-        vocab: c.vocab,
-        d_model: c.d_model,
-        n_head: c.n_head,
-        n_kv_head: c.n_kv_head,
-        d_ff: c.d_ff,
-        n_layer: c.n_layer,
-        ctx,
-        norm_eps: c.norm_eps,
-        rope_base: c.rope_base,
-        depth_scale: false,
-        tied: c.arch.is_gpt2() || file.tensor("output.weight").is_none(),
-        hybrid,
-        head_dim: own_head_dim.then_some(c.head_dim),
-        rope_freqs,
-        ctx_train: (c.ctx_train > ctx).then_some(c.ctx_train),
-        inference_rounding: false,
-    })
-}
-
-/// Tensor `name` of `file` as `len` f32 values, checked.
-fn dequantized(file: &GgufFile, name: &str, len: usize) -> Result<Vec<f32>, TrainError> {
-    let t = file
-        .tensor(name)
-        .ok_or_else(|| bad(format!("the base has no tensor {name}")))?;
-    let n: u64 = t.dims.iter().product();
-    if n != len as u64 {
-        return Err(bad(format!("{name}: {n} values, expected {len}")));
+    // GPT-2 learns its positions: the table bounds the context
+    if shape.arch.is_gpt2() && ctx > shape.ctx_train {
+        return Err(bad(format!(
+            "a gpt2 base has {} learned positions; ctx {ctx} is longer",
+            shape.ctx_train
+        )));
     }
-    let q =
-        QMat::new(t.ty, 1, len, file.tensor_data(t)).map_err(|e| bad(format!("{name}: {e}")))?;
-    let mut out = vec![0f32; len];
-    q.dequantize_row(0, &mut out);
-    Ok(out)
-}
-
-/// The trainer's hybrid shape of an inference config of a qwen35 file.
-fn hybrid_config(c: &Config) -> Result<HybridConfig, TrainError> {
-    let g = c
-        .gdn
-        .as_ref()
-        .ok_or_else(|| bad("a qwen35 base without its ssm.* shape".into()))?;
-    Ok(HybridConfig {
-        layers: c.kinds.clone(),
-        head_dim: c.head_dim,
-        rope_dim: c.rope_dim,
-        gdn_key_heads: g.hk,
-        gdn_value_heads: g.hv,
-        gdn_key_dim: g.dk,
-        gdn_value_dim: g.dv,
-        conv_kernel: g.kernel,
+    shape.ctx_train = shape.ctx_train.max(ctx);
+    Ok(ModelConfig {
+        shape,
+        ctx,
+        depth_scale: false,
+        inference_rounding: false,
     })
 }
 

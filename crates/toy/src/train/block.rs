@@ -190,10 +190,7 @@ impl Block {
             h: cfg.n_head,
             hkv: cfg.n_kv_head,
         });
-        let gdn = cfg
-            .hybrid
-            .as_ref()
-            .filter(|_| def.ops.contains(&Op::DeltaNet));
+        let gdn = cfg.gdn.filter(|_| def.ops.contains(&Op::DeltaNet));
         Self {
             r,
             c,
@@ -208,7 +205,7 @@ impl Block {
             lins,
             attn: Attention::new(cfg.n_head, cfg.n_kv_head, d),
             qk_norm,
-            gdn: gdn.map(|h| DeltaNet::new(h.gdn_shape(cfg.norm_eps), cfg.ctx)),
+            gdn: gdn.map(|sh| DeltaNet::new(sh, cfg.ctx)),
             inference_rounding: cfg.inference_rounding,
             def,
         }

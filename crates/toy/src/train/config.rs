@@ -1,15 +1,53 @@
-//! The shape of a trainable model, and the errors training code returns.
+//! The shape of a trainable model, and the errors training code returns. The shape is
+//! inference's `model::Config`, the one config of a model: filled from a GGUF's keys for a
+//! base (`train::base_config`) or from a recipe's `[model]`. A [`ModelConfig`] adds what
+//! only training asks (its context, depth scaling, rounding as inference does) and reads as
+//! that config (`Deref`). Checkpoints and run folders keep it in the recipe's words, a
+//! [`ModelSpec`], as earlier runs wrote it.
 
 use crate::model::tensors::{block_tensors, products, BlockShape, Part, Tensor};
 use serde::{Deserialize, Serialize};
+use std::ops::{Deref, DerefMut};
 
 pub use super::hybrid_config::{HybridConfig, LayerKind};
 
 /// The families: one enum for inference and training (`model::Arch`).
 pub use crate::model::Arch;
 
+/// A model to train: its one config (`model::Config`) and training's own settings.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(try_from = "ModelSpec", into = "ModelSpec")]
 pub struct ModelConfig {
+    /// The model's shape and constants, as inference reads them.
+    pub shape: crate::model::Config,
+    /// The training context (sequence length).
+    pub ctx: usize,
+    /// Scale each block's normalised input by 1/sqrt(l+1) (Curse of Depth, arXiv 2502.05795).
+    pub depth_scale: bool,
+    /// The forward rounds as cached inference does (straight through in the backward):
+    /// attention sees keys and values rounded to f16, as inference's f16 KV cache holds them,
+    /// and GPT-2's GELU goes through f16, as ggml's table. The training pass is then the
+    /// cached inference pass's function, not only close to it. Off by default (f32 throughout,
+    /// as PyTorch trains).
+    pub inference_rounding: bool,
+}
+
+impl Deref for ModelConfig {
+    type Target = crate::model::Config;
+    fn deref(&self) -> &Self::Target {
+        &self.shape
+    }
+}
+
+impl DerefMut for ModelConfig {
+    fn deref_mut(&mut self) -> &mut Self::Target {
+        &mut self.shape
+    }
+}
+
+/// A [`ModelConfig`] in a recipe's words: what checkpoints and run folders store.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct ModelSpec {
     pub arch: Arch,
     pub vocab: usize,
     pub d_model: usize,
@@ -39,13 +77,76 @@ pub struct ModelConfig {
     /// base: its `context_length`, and GPT-2's rows of learned positions), kept on export.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub ctx_train: Option<usize>,
-    /// The forward rounds as cached inference does (straight through in the backward):
-    /// attention sees keys and values rounded to f16, as inference's f16 KV cache holds them,
-    /// and GPT-2's GELU goes through f16, as ggml's table. The training pass is then the
-    /// cached inference pass's function, not only close to it. Off by default (f32 throughout,
-    /// as PyTorch trains).
+    /// See [`ModelConfig::inference_rounding`].
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub inference_rounding: bool,
+}
+
+impl TryFrom<ModelSpec> for ModelConfig {
+    type Error = TrainError;
+
+    /// The spec checked ([`ModelSpec::validate`]) and read as the one config.
+    fn try_from(s: ModelSpec) -> Result<Self, TrainError> {
+        s.validate()?;
+        let h = s.hybrid.as_ref();
+        let head_dim = match (h, s.head_dim) {
+            (Some(h), _) => h.head_dim,
+            (None, Some(d)) => d,
+            (None, None) => s.d_model / s.n_head,
+        };
+        let shape = crate::model::Config {
+            arch: s.arch,
+            n_layer: s.n_layer,
+            d_model: s.d_model,
+            n_head: s.n_head,
+            n_kv_head: s.n_kv_head,
+            head_dim,
+            d_ff: s.d_ff,
+            vocab: s.vocab,
+            ctx_train: s.ctx_train.unwrap_or(s.ctx).max(s.ctx),
+            norm_eps: s.norm_eps,
+            rope_base: s.rope_base,
+            rope_dim: h.map_or(head_dim, |h| h.rope_dim),
+            rope_neox: s.arch.rope_neox(),
+            kinds: h.map_or(vec![LayerKind::Attention; s.n_layer], |h| h.layers.clone()),
+            gdn: h.map(|h| h.gdn_shape(s.norm_eps)),
+            tied: s.tied,
+            rope_freqs: s.rope_freqs,
+        };
+        Ok(Self {
+            shape,
+            ctx: s.ctx,
+            depth_scale: s.depth_scale,
+            inference_rounding: s.inference_rounding,
+        })
+    }
+}
+
+impl From<ModelConfig> for ModelSpec {
+    fn from(c: ModelConfig) -> Self {
+        let hybrid = c.hybrid();
+        let own_head = hybrid.is_none() && c.head_dim * c.n_head != c.d_model;
+        let m = c.shape;
+        ModelSpec {
+            arch: m.arch,
+            vocab: m.vocab,
+            d_model: m.d_model,
+            n_head: m.n_head,
+            n_kv_head: m.n_kv_head,
+            d_ff: m.d_ff,
+            n_layer: m.n_layer,
+            ctx: c.ctx,
+            norm_eps: m.norm_eps,
+            rope_base: m.rope_base,
+            depth_scale: c.depth_scale,
+            tied: m.tied,
+            hybrid,
+            head_dim: own_head.then_some(m.head_dim),
+            rope_freqs: m.rope_freqs,
+            ctx_train: (m.ctx_train > c.ctx).then_some(m.ctx_train),
+            inference_rounding: c.inference_rounding,
+        }
+    }
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -64,13 +165,24 @@ pub enum TrainError {
 pub(crate) const MAX_DIM: usize = 1 << 20;
 
 impl ModelConfig {
-    /// Head size D (a hybrid's own, else d_model / n_head).
+    /// Head size D.
     pub fn head_dim(&self) -> usize {
-        match (&self.hybrid, self.head_dim) {
-            (Some(h), _) => h.head_dim,
-            (None, Some(d)) => d,
-            (None, None) => self.d_model / self.n_head.max(1),
-        }
+        self.shape.head_dim
+    }
+
+    /// A hybrid's layer kinds and mixer shapes, in a recipe's words.
+    pub fn hybrid(&self) -> Option<HybridConfig> {
+        let g = self.gdn.as_ref()?;
+        Some(HybridConfig {
+            layers: self.kinds.clone(),
+            head_dim: self.head_dim,
+            rope_dim: self.rope_dim,
+            gdn_key_heads: g.hk,
+            gdn_value_heads: g.hv,
+            gdn_key_dim: g.dk,
+            gdn_value_dim: g.dv,
+            conv_kernel: g.kernel,
+        })
     }
 
     /// The shape the block products' table reads (`model::tensors`).
@@ -80,16 +192,14 @@ impl ModelConfig {
             f: self.d_ff,
             h: self.n_head,
             hkv: self.n_kv_head,
-            d: self.head_dim(),
-            gdn: self.hybrid.as_ref().map(|h| h.gdn_shape(self.norm_eps)),
+            d: self.head_dim,
+            gdn: self.gdn,
         }
     }
 
     /// What mixes the tokens in layer l.
     pub fn kind(&self, l: usize) -> LayerKind {
-        self.hybrid
-            .as_ref()
-            .map_or(LayerKind::Attention, |h| h.layers[l])
+        self.kinds[l]
     }
 
     /// Block l's tensors (`model::tensors::block_tensors`).
@@ -102,9 +212,9 @@ impl ModelConfig {
         products(self.arch, self.kind(l), &self.block_shape())
     }
 
-    /// The context the model is for: `ctx_train`, else the training ctx.
+    /// The context the model is for: the base's, or the training ctx where longer.
     pub fn context(&self) -> usize {
-        self.ctx_train.unwrap_or(self.ctx).max(self.ctx)
+        self.ctx_train.max(self.ctx)
     }
 
     /// Whether the output head is the token embedding.
@@ -112,8 +222,21 @@ impl ModelConfig {
         self.tied || self.arch == Arch::Gpt2
     }
 
+    /// Checks the shape is one the layers can run (after changes to its fields); says what
+    /// is wrong otherwise.
+    pub fn validate(&self) -> Result<(), TrainError> {
+        ModelSpec::from(self.clone()).validate()
+    }
+}
+
+impl ModelSpec {
     /// Checks the shape is one the layers can run; says what is wrong otherwise.
     pub fn validate(&self) -> Result<(), TrainError> {
+        let head_dim = match (&self.hybrid, self.head_dim) {
+            (Some(h), _) => h.head_dim,
+            (None, Some(d)) => d,
+            (None, None) => self.d_model / self.n_head.max(1),
+        };
         let bad = |m: String| Err(TrainError::Config(m));
         for (name, v) in [
             ("vocab", self.vocab),
@@ -152,7 +275,7 @@ impl ModelConfig {
             ));
         }
         if let Some(f) = &self.rope_freqs {
-            let half = self.head_dim() / 2;
+            let half = head_dim / 2;
             if f.len() != half
                 || self.arch.is_gpt2()
                 || f.iter().any(|v| !(*v > 0.0 && v.is_finite()))
@@ -178,7 +301,7 @@ impl ModelConfig {
                 self.n_kv_head, self.n_head
             ));
         }
-        let d = self.head_dim();
+        let d = head_dim;
         if d > tinynn::layers::attention::MAX_HEAD_DIM {
             return bad(format!(
                 "head size {d} is over {}",

@@ -74,7 +74,7 @@ pub fn to_gguf(
             );
             w.add_metadata(k("rope.freq_base"), Value::F32(cfg.rope_base));
             w.add_metadata(k("rope.dimension_count"), u32v(cfg.head_dim()));
-            if cfg.head_dim.is_some() {
+            if cfg.head_dim * cfg.n_head != cfg.d_model {
                 w.add_metadata(k("attention.key_length"), u32v(cfg.head_dim()));
                 w.add_metadata(k("attention.value_length"), u32v(cfg.head_dim()));
             }
@@ -92,7 +92,7 @@ pub fn to_gguf(
             );
             w.add_metadata(k("rope.freq_base"), Value::F32(cfg.rope_base));
             w.add_metadata(k("vocab_size"), u32v(cfg.vocab));
-            if let Some(h) = &cfg.hybrid {
+            if let Some(h) = &cfg.hybrid() {
                 qwen35_metadata(&mut w, h);
             }
         }

@@ -37,7 +37,7 @@ pub mod trainer;
 pub mod warm_start;
 
 pub use base::config_from_gguf as base_config;
-pub use config::{Arch, HybridConfig, LayerKind, ModelConfig, TrainError};
+pub use config::{Arch, HybridConfig, LayerKind, ModelConfig, ModelSpec, TrainError};
 pub use model::{LoraSpec, TrainModel};
 pub use params::ParamInfo;
 

@@ -138,7 +138,7 @@ impl TrainModel {
                 cfg.arch.name()
             )));
         }
-        let layout = match cfg.hybrid {
+        let layout = match cfg.gdn {
             None => Layout::new_lora(&cfg, &lora.targets, lora.rank),
             Some(_) => Layout::new_lora_hybrid(&cfg, &lora.targets, lora.rank),
         };
@@ -374,7 +374,7 @@ impl TrainModel {
     /// Llama family, whose positions are rotary; not GPT-2's learned positions nor the
     /// hybrids' recurrent state, which would run across a sample's end.
     pub fn check_packing(&self) -> Result<(), TrainError> {
-        if !self.cfg.arch.is_gpt2() && self.cfg.hybrid.is_none() {
+        if !self.cfg.arch.is_gpt2() && self.cfg.gdn.is_none() {
             Ok(())
         } else {
             Err(TrainError::Batch(format!(

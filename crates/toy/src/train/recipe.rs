@@ -7,7 +7,7 @@ use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 
-use super::{Arch, HybridConfig, ModelConfig};
+use super::{Arch, HybridConfig, ModelConfig, ModelSpec, TrainError};
 
 #[derive(Debug, thiserror::Error)]
 pub enum RecipeError {
@@ -217,9 +217,15 @@ impl Recipe {
         toml::to_string(self).unwrap_or_else(|e| format!("# cannot serialize recipe: {e}\n"))
     }
 
-    pub fn model_config(&self) -> ModelConfig {
+    /// The recipe's model, checked: the one config it trains.
+    pub fn model_config(&self) -> Result<ModelConfig, TrainError> {
+        self.model_spec().try_into()
+    }
+
+    /// The recipe's model in a checkpoint's words.
+    pub fn model_spec(&self) -> ModelSpec {
         let m = &self.model;
-        ModelConfig {
+        ModelSpec {
             arch: m.arch,
             vocab: m.vocab,
             d_model: m.d_model,
@@ -294,7 +300,9 @@ impl Recipe {
                 self.name
             ));
         }
-        Ok(())
+        // what the layers take (head size, eps, ...), as the trainer checks it
+        let spec = self.model_spec().validate();
+        spec.map_err(|e| RecipeError::Invalid(e.to_string()))
     }
 }
 

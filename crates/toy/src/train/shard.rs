@@ -44,7 +44,7 @@ impl Net {
         // a hybrid turns only the first rope_dim dims of each head
         let rope = RopeSpec {
             head_dim: cfg.head_dim(),
-            n_rot: cfg.hybrid.as_ref().map_or(cfg.head_dim(), |h| h.rope_dim),
+            n_rot: cfg.rope_dim,
             neox: cfg.arch.rope_neox(),
             base: cfg.rope_base,
             freq_factors: cfg.rope_freqs.clone(),

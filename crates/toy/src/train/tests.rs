@@ -1,14 +1,14 @@
 //! Whole-model tests: finite-difference gradients, every tensor receives a gradient, loss at
 //! init, a falling loss, bit-for-bit determinism.
 
-use super::{Arch, ModelConfig, TrainModel};
+use super::{Arch, ModelConfig, ModelSpec, TrainModel};
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use tinynn::layers::cross_entropy::IGNORE;
 use tinynn::optim::{AdamW, AdamWConfig};
 
 pub(super) fn cfg(arch: Arch, depth_scale: bool, tied: bool) -> ModelConfig {
-    ModelConfig {
+    ModelConfig::try_from(ModelSpec {
         arch,
         vocab: 13,
         d_model: 16,
@@ -26,7 +26,8 @@ pub(super) fn cfg(arch: Arch, depth_scale: bool, tied: bool) -> ModelConfig {
         rope_freqs: None,
         ctx_train: None,
         inference_rounding: false,
-    }
+    })
+    .expect("a valid config")
 }
 
 pub(super) fn tokens(n: usize, vocab: usize, seed: u64) -> Vec<u32> {
@@ -55,7 +56,7 @@ pub(super) fn rough_params(m: &TrainModel, seed: u64) -> Vec<f32> {
 pub(super) fn families() -> Vec<ModelConfig> {
     let q2 = cfg(Arch::Qwen2, false, true);
     let mut q3 = cfg(Arch::Qwen3, true, false);
-    q3.head_dim = Some(6);
+    (q3.head_dim, q3.rope_dim) = (6, 6);
     let mut l3 = cfg(Arch::Llama, false, false);
     l3.rope_freqs = Some(vec![1.0, 6.0]);
     vec![q2, q3, l3]
@@ -182,7 +183,7 @@ pub(super) fn assert_every_tensor_gets_a_gradient(c: &ModelConfig) {
 }
 
 fn tiny(arch: Arch) -> ModelConfig {
-    ModelConfig {
+    ModelConfig::try_from(ModelSpec {
         arch,
         vocab: 627,
         d_model: 64,
@@ -200,7 +201,8 @@ fn tiny(arch: Arch) -> ModelConfig {
         rope_freqs: None,
         ctx_train: None,
         inference_rounding: false,
-    }
+    })
+    .expect("a valid config")
 }
 
 #[test]
@@ -372,4 +374,38 @@ fn packing_is_refused_where_state_or_positions_would_cross_samples() {
     let m = TrainModel::init(cfg(Arch::Gpt2, false, true), 1, 0);
     let err = m.check_packing().unwrap_err().to_string();
     assert!(err.contains("Llama"), "{err}");
+}
+
+/// One config: a model trained from a recipe, written as GGUF and read back as a base, is the
+/// same `model::Config` inference reads from that file; and a config is stored in a
+/// checkpoint in the recipe's words (`ModelSpec`) and reads back equal.
+#[test]
+fn a_base_config_is_the_inference_config_and_checkpoints_keep_the_spec() {
+    let mut all = variants();
+    all.extend(families());
+    all.push(super::tests_hybrid::hybrid_cfg(false, true));
+    for c in all {
+        let m = TrainModel::init(c.clone(), 1, 3);
+        let mut bytes = Vec::new();
+        let gguf = super::export::to_gguf(&m, &[], "one-config").unwrap();
+        gguf.write_to(&mut bytes).unwrap();
+        let f = crate::gguf::GgufFile::from_bytes(bytes).unwrap();
+        let inference = crate::model::Config::from_gguf(&f).unwrap();
+        let base = super::base_config(&f, c.ctx).unwrap();
+        assert_eq!(base.shape, inference, "{:?}", c.arch);
+        let mut want = c.shape.clone();
+        want.rope_neox = c.arch.rope_neox();
+        want.tied = m.cfg.is_tied();
+        if c.arch.is_gpt2() {
+            // learned positions: the file carries no RoPE base, inference keeps its default
+            want.rope_base = inference.rope_base;
+        }
+        assert_eq!(inference, want, "{:?}: the trained shape", c.arch);
+
+        let json = serde_json::to_string(&c).unwrap();
+        assert!(!json.contains("\"shape\""), "{json}");
+        assert_eq!(json.contains("\"hybrid\""), c.gdn.is_some(), "{json}");
+        let back: ModelConfig = serde_json::from_str(&json).unwrap();
+        assert_eq!(back, c);
+    }
 }

@@ -7,7 +7,7 @@ use super::export;
 use super::tests::{
     assert_every_tensor_gets_a_gradient, check_sampled_gradients, rough_params, tokens,
 };
-use super::{Arch, HybridConfig, LayerKind, ModelConfig, TrainModel};
+use super::{Arch, HybridConfig, LayerKind, ModelConfig, ModelSpec, TrainModel};
 use crate::gguf::GgufFile;
 use crate::model::{Logits, Model};
 use std::sync::Arc;
@@ -17,7 +17,7 @@ use tinynn::optim::{AdamW, AdamWConfig};
 /// d_model / n_head), a quarter of it rotated, 2 value heads on 1 key head, GQA 2:1.
 pub(super) fn hybrid_cfg(depth_scale: bool, tied: bool) -> ModelConfig {
     use LayerKind::{Attention as Attn, Gdn};
-    ModelConfig {
+    ModelConfig::try_from(ModelSpec {
         arch: Arch::Qwen35,
         vocab: 13,
         d_model: 16,
@@ -44,7 +44,8 @@ pub(super) fn hybrid_cfg(depth_scale: bool, tied: bool) -> ModelConfig {
         rope_freqs: None,
         ctx_train: None,
         inference_rounding: false,
-    }
+    })
+    .expect("a valid config")
 }
 
 fn variants() -> Vec<ModelConfig> {

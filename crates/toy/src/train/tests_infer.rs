@@ -29,8 +29,8 @@ fn to_gguf(m: &TrainModel) -> Vec<u8> {
     };
     w.add_metadata(format!("{a}.{eps_key}"), Value::F32(c.norm_eps));
     w.add_metadata(format!("{a}.rope.freq_base"), Value::F32(c.rope_base));
-    if let Some(d) = c.head_dim {
-        w.add_metadata(format!("{a}.attention.key_length"), u(d));
+    if c.head_dim * c.n_head != c.d_model {
+        w.add_metadata(format!("{a}.attention.key_length"), u(c.head_dim));
     }
     if let Some(f) = &c.rope_freqs {
         let bytes: Vec<u8> = f.iter().flat_map(|v| v.to_le_bytes()).collect();

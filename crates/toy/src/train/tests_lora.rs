@@ -4,7 +4,7 @@
 
 use super::export::to_gguf;
 use super::tests::{rough_params, tokens};
-use super::{Arch, LoraSpec, ModelConfig, TrainModel};
+use super::{Arch, LoraSpec, ModelConfig, ModelSpec, TrainModel};
 use crate::gguf::GgufFile;
 use crate::quantize::quantize_model;
 use rand::rngs::StdRng;
@@ -16,7 +16,7 @@ use tinynn::optim::{AdamW, AdamWConfig};
 use tinynn::quant::GgmlType;
 
 fn cfg(tied: bool) -> ModelConfig {
-    ModelConfig {
+    ModelConfig::try_from(ModelSpec {
         arch: Arch::Llama,
         vocab: 19,
         d_model: 32,
@@ -34,7 +34,8 @@ fn cfg(tied: bool) -> ModelConfig {
         rope_freqs: None,
         ctx_train: None,
         inference_rounding: false,
-    }
+    })
+    .expect("a valid config")
 }
 
 /// A base model with rough weights, as the bytes of an f32 GGUF.
@@ -99,7 +100,7 @@ fn family_cfgs() -> Vec<ModelConfig> {
     vec![
         cfg(false),
         with(Arch::Qwen2, &|_| {}),
-        with(Arch::Qwen3, &|c| c.head_dim = Some(6)),
+        with(Arch::Qwen3, &|c| (c.head_dim, c.rope_dim) = (6, 6)),
         with(Arch::Llama, &|c| {
             c.rope_freqs = Some(vec![1.0, 2.0, 8.0, 32.0])
         }),

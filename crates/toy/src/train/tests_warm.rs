@@ -5,12 +5,12 @@
 use super::export::to_gguf;
 use super::tests::{rough_params, tokens};
 use super::warm_start::warm_start;
-use super::{Arch, ModelConfig, TrainModel};
+use super::{Arch, ModelConfig, ModelSpec, TrainModel};
 use crate::gguf::GgufFile;
 use tinynn::optim::{AdamW, AdamWConfig};
 
 fn cfg(c: usize, h: usize, hkv: usize, f: usize, l: usize, tied: bool) -> ModelConfig {
-    ModelConfig {
+    ModelConfig::try_from(ModelSpec {
         arch: Arch::Llama,
         vocab: 19,
         d_model: c,
@@ -28,7 +28,8 @@ fn cfg(c: usize, h: usize, hkv: usize, f: usize, l: usize, tied: bool) -> ModelC
         rope_freqs: None,
         ctx_train: None,
         inference_rounding: false,
-    }
+    })
+    .expect("a valid config")
 }
 
 fn gguf(m: &TrainModel) -> GgufFile {

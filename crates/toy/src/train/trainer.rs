@@ -196,7 +196,7 @@ impl<'a> LmTask<'a> {
         let ds = ensure_data(recipe)?;
         let spec = super::bpe::load_tokenizer(&ds.tokenizer_path())?;
         let tok = Tokenizer::from_spec(spec.clone())?;
-        let cfg = recipe.model_config();
+        let cfg = recipe.model_config()?;
         let b = recipe.train.batch;
         let mut batcher = Batcher::new(recipe.train.seed ^ 0xDA7A, b, cfg.ctx);
         let mut warm = None;

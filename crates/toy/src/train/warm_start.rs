@@ -205,7 +205,7 @@ pub fn describe(d: &ModelConfig, s: &ModelConfig) -> Result<String, TrainError> 
         )
     };
     let both = || format!("donor ({}) vs student ({})", shape(d), shape(s));
-    if s.arch != Arch::Llama || s.hybrid.is_some() {
+    if s.arch != Arch::Llama || s.gdn.is_some() {
         return Err(bad(format!(
             "the student must be llama, not {}",
             s.arch.name()
