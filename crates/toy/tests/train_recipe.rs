@@ -158,3 +158,34 @@ fn qwen2_and_qwen3_recipes_train_and_export_as_their_family() {
         assert!(err < 1e-2, "{arch}: exported logits off by {err}");
     }
 }
+
+/// `[model] inference_rounding = true` reaches the training pass of `toy train` (K/V rounded
+/// to f16 as inference's cache holds them, GPT-2's GELU as ggml's table) and stays in the
+/// resolved recipe a run folder keeps.
+#[test]
+fn inference_rounding_in_a_train_recipe_reaches_the_training_pass() {
+    use toy::train::TrainModel;
+    for arch in ["llama", "gpt2"] {
+        let arch_set = format!("model.arch={arch}");
+        let plain = Recipe::load(&recipe_path("tiny.toml"), &set(&[&arch_set])).unwrap();
+        let rounded = Recipe::load(
+            &recipe_path("tiny.toml"),
+            &set(&[&arch_set, "model.inference_rounding=true"]),
+        )
+        .unwrap();
+        let (c0, c1) = (
+            plain.model_config().unwrap(),
+            rounded.model_config().unwrap(),
+        );
+        assert!(!c0.inference_rounding && c1.inference_rounding);
+        let again = Recipe::parse(&rounded.to_toml(), "resolved", &[]).unwrap();
+        assert!(again.model_config().unwrap().inference_rounding, "{arch}");
+        let (b, t) = (2, c0.ctx);
+        let ids: Vec<u32> = (0..b * t).map(|i| (i * 7 % c0.vocab) as u32).collect();
+        let ys: Vec<u32> = ids.iter().map(|&i| (i + 1) % c0.vocab as u32).collect();
+        let l0 = TrainModel::init(c0, b, 9).forward_loss(&ids, &ys, b, t);
+        let l1 = TrainModel::init(c1, b, 9).forward_loss(&ids, &ys, b, t);
+        assert_ne!(l0, l1, "{arch}: rounding changed nothing");
+        assert!((l0 - l1).abs() < 1e-3 * l0.abs(), "{arch}: {l0} vs {l1}");
+    }
+}

@@ -19,9 +19,11 @@ use tinynn::quant::GgmlType;
 
 use super::{Arch, HybridConfig, LayerKind, ModelConfig, TrainModel};
 use crate::gguf::{GgufError, GgufWriter, Value, ValueType};
+use crate::model::ops::{BlockDef, Op};
 use crate::tokenizer::TokenizerSpec;
 
-/// The factor folded into tensor `name` for depth scaling (1 when none applies).
+/// The factor folded into tensor `name` for depth scaling (1 when none applies): the block's
+/// Norm ops' weights and biases (`model::ops`) carry their layer's scale.
 pub fn depth_factor(cfg: &ModelConfig, name: &str) -> f32 {
     if !cfg.depth_scale {
         return 1.0;
@@ -29,20 +31,18 @@ pub fn depth_factor(cfg: &ModelConfig, name: &str) -> f32 {
     let Some(rest) = name.strip_prefix("blk.") else {
         return 1.0;
     };
-    let Some((layer, tensor)) = rest.split_once('.') else {
+    let Some((l, tensor)) = rest.split_once('.') else {
         return 1.0;
     };
-    let folded = matches!(
-        tensor,
-        "attn_norm.weight"
-            | "attn_norm.bias"
-            | "ffn_norm.weight"
-            | "ffn_norm.bias"
-            | "post_attention_norm.weight"
-    );
-    match (folded, layer.parse::<usize>()) {
-        (true, Ok(l)) => tinynn::layers::depth_scale(l),
-        _ => 1.0,
+    let Some(l) = l.parse::<usize>().ok().filter(|&l| l < cfg.n_layer) else {
+        return 1.0;
+    };
+    let (norm, _) = tensor.rsplit_once('.').unwrap_or((tensor, ""));
+    let def = BlockDef::new(cfg.arch, cfg.kind(l));
+    let normed = |o: &Op| matches!(o, Op::Norm { name } if *name == norm);
+    match def.ops.iter().any(normed) {
+        true => tinynn::layers::depth_scale(l),
+        false => 1.0,
     }
 }
 

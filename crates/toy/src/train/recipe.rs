@@ -48,6 +48,10 @@ pub struct ModelSection {
     pub depth_scale: bool,
     #[serde(default = "yes")]
     pub tied: bool,
+    /// Train the function cached inference runs: K/V rounded to f16 as its cache holds them,
+    /// GPT-2's GELU as ggml's table (`ModelConfig::inference_rounding`).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub inference_rounding: bool,
     /// qwen35: per layer "gdn" or "attn", or every `full_attention_interval`-th layer
     /// attending (default 4); see [`HybridConfig::from_section`] for the other defaults.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -244,7 +248,7 @@ impl Recipe {
             head_dim: m.head_dim.filter(|_| m.arch != Arch::Qwen35),
             rope_freqs: None,
             ctx_train: None,
-            inference_rounding: false,
+            inference_rounding: m.inference_rounding,
         }
     }
 
