@@ -6,12 +6,13 @@
 /// The adapter file format, below the model code that runs adapters unmerged.
 pub use crate::model::adapter;
 pub mod evaluate;
+mod load;
 pub mod merge;
 pub mod recipe;
 mod repack;
 pub mod run;
 mod save;
 pub mod sft;
-mod sft_batch;
+pub mod sft_batch;
 mod sft_error;
 mod task;

@@ -4,9 +4,9 @@
 //! complete checkpoint.
 
 use super::adapter::{LoraAdapter, LoraTensor};
+use super::load::{run_err, FinetuneError, Loaded};
 use super::recipe::{FinetuneRecipe, Method};
-use super::run::{run_err, FinetuneError, Loaded};
-use super::sft::SftBatcher;
+use super::sft_batch::SftBatcher;
 use crate::gguf::Value;
 use crate::train::checkpoint::{self, Fault, StateHeader, StateView};
 use crate::train::run::RunDir;

@@ -34,7 +34,6 @@ use serde::{Deserialize, Serialize};
 use crate::chat_template::{ChatMessage, ChatTemplate};
 use crate::tokenizer::Tokenizer;
 
-pub use super::sft_batch::SftBatcher;
 pub use super::sft_error::SftError;
 
 /// Target id meaning "no loss here" (prompt tokens, padding).

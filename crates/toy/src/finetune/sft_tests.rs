@@ -6,6 +6,7 @@
 use std::path::Path;
 
 use super::*;
+use crate::finetune::sft_batch::SftBatcher;
 use crate::tokenizer::{TokenizerSpec, TOKEN_TYPE_CONTROL, TOKEN_TYPE_NORMAL};
 
 /// `tokenizer.chat_template` of SmolLM2-135M-Instruct, as its GGUF holds it.

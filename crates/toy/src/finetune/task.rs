@@ -4,11 +4,12 @@
 //! as its evaluation, and its checkpoints (`save.rs`).
 
 use super::evaluate::{eval_nll, sample};
+use super::load::{compact, run_err, FinetuneError, Loaded};
 use super::recipe::FinetuneRecipe;
 use super::repack::repack_for;
-use super::run::{compact, run_err, FinetuneError, Loaded};
 use super::save::save;
-use super::sft::{SftBatcher, IGNORE};
+use super::sft::IGNORE;
+use super::sft_batch::SftBatcher;
 use crate::train::driver::Task;
 use crate::train::events::Event;
 use crate::train::run::RunDir;

@@ -5,7 +5,7 @@
 use tinynn::quant::GgmlType;
 
 use super::error::{tensor_err, GgufError};
-use super::reader::{check_shape, TensorInfo, MAX_ARRAY_DEPTH, MAX_DIMS};
+use super::tensor_info::{check_shape, TensorInfo, MAX_ARRAY_DEPTH, MAX_DIMS};
 use super::value::{Value, ValueType};
 
 /// A bounds-checked little-endian reader over the file bytes.

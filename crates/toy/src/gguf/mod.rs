@@ -4,6 +4,7 @@
 mod cursor;
 mod error;
 mod reader;
+mod tensor_info;
 mod value;
 mod writer;
 
@@ -11,6 +12,7 @@ mod writer;
 mod tests;
 
 pub use error::GgufError;
-pub use reader::{GgufFile, TensorInfo, DEFAULT_ALIGNMENT, MAX_ARRAY_DEPTH, MAX_DIMS};
+pub use reader::GgufFile;
+pub use tensor_info::{TensorInfo, DEFAULT_ALIGNMENT, MAX_ARRAY_DEPTH, MAX_DIMS};
 pub use value::{Value, ValueType};
 pub use writer::GgufWriter;

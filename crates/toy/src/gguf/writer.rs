@@ -11,7 +11,8 @@ use std::path::Path;
 use tinynn::quant::GgmlType;
 
 use super::error::{tensor_err, GgufError};
-use super::reader::{check_shape, GgufFile, DEFAULT_ALIGNMENT, MAX_ARRAY_DEPTH};
+use super::reader::GgufFile;
+use super::tensor_info::{check_shape, DEFAULT_ALIGNMENT, MAX_ARRAY_DEPTH};
 use super::value::Value;
 
 struct PendingTensor<'a> {

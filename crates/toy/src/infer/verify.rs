@@ -5,8 +5,62 @@
 //! from the last row. The caller's [`Verify`] supplies p (its sampler, constraint and
 //! penalties, after what was kept) and takes the kept tokens.
 
-use super::speculative::{accept_or_resample, draw, SpecStats};
 use crate::model::ModelError;
+
+/// A token's probability in a distribution of (token, probability) pairs.
+fn prob(d: &[(u32, f64)], x: u32) -> f64 {
+    d.iter().find(|e| e.0 == x).map_or(0.0, |e| e.1)
+}
+
+/// The token at cumulative probability `u` of `d` (weights need not sum to 1).
+pub fn draw(d: &[(u32, f64)], u: f64) -> u32 {
+    let total: f64 = d.iter().map(|e| e.1).sum();
+    let mut cum = 0.0;
+    for e in d {
+        cum += e.1;
+        if u * total < cum {
+            return e.0;
+        }
+    }
+    d.last().map_or(0, |e| e.0)
+}
+
+/// Leviathan et al.'s test of drafted token `x`: kept (`Ok`) when `u1 < p(x) / q(x)`, else
+/// the token drawn with `u2` from norm(max(0, p - q)) (`q` None: a point mass on x).
+pub fn accept_or_resample(
+    p: &[(u32, f64)],
+    q: Option<&[(u32, f64)]>,
+    x: u32,
+    u1: f64,
+    u2: f64,
+) -> Result<(), u32> {
+    let qx = q.map_or(1.0, |q| prob(q, x));
+    if qx > 0.0 && u1 < (prob(p, x) / qx).min(1.0) {
+        return Ok(());
+    }
+    let qof = |t: u32| q.map_or(if t == x { 1.0 } else { 0.0 }, |q| prob(q, t));
+    let residual: Vec<(u32, f64)> = p
+        .iter()
+        .map(|&(t, pt)| (t, (pt - qof(t)).max(0.0)))
+        .filter(|e| e.1 > 0.0)
+        .collect();
+    // p <= q everywhere only when p = q, where nothing is refused but for rounding
+    Err(if residual.is_empty() {
+        draw(p, u2)
+    } else {
+        draw(&residual, u2)
+    })
+}
+
+#[derive(Clone, Copy, Debug, Default, serde::Serialize)]
+pub struct SpecStats {
+    /// Drafted tokens the target checked (not those after the generation ended), and how
+    /// many it kept.
+    pub drafted: usize,
+    pub accepted: usize,
+    /// Batched target forwards (each yields accepted + 1 tokens).
+    pub rounds: usize,
+}
 
 /// What a verify pass needs from the sequence it runs for.
 pub trait Verify {

@@ -1,7 +1,8 @@
 //! One block of every family in training, forward and backward: the operations of its
 //! `model::ops::BlockDef` (the list inference runs too), forward in order keeping what the
 //! backward needs, backward in reverse. Each op's forward and backward sit side by side in
-//! `block_ops.rs`; this file holds the block's layers, its saved values and the two walks.
+//! `block_ops.rs`, with the two walks; this file holds the block's layers and its saved
+//! values.
 //! With s the depth scale, a llama block is
 //!   xm  = x  + attn_output(attention(rope(qk_norm(qkv(norm(x) * s)))))
 //!   out = xm + ffn_down(act(ffn_up(norm(xm) * s)))
@@ -20,7 +21,6 @@ use tinynn::layers::dropout::Dropout;
 use tinynn::layers::layernorm::LayerNorm;
 use tinynn::layers::linear::Linear;
 use tinynn::layers::rmsnorm::RmsNorm;
-use tinynn::layers::rope::RopeAt;
 
 /// The norm of a family: RMSNorm (weight) or LayerNorm (weight and bias).
 #[derive(Clone, Copy, Debug)]
@@ -291,42 +291,6 @@ impl Block {
             gdn: blocks
                 .iter()
                 .find_map(|b| b.gdn.as_ref().map(|g| g.scratch(n))),
-        }
-    }
-
-    /// a.x (B*T, C) -> out (B*T, C), keeping what the backward needs in `a`.
-    pub fn forward(
-        &self,
-        p: &[f32],
-        a: &mut BlockActs,
-        out: &mut [f32],
-        rope: RopeAt,
-        b: usize,
-        t: usize,
-    ) {
-        let mut at = super::block_ops::Walk::default();
-        for op in &self.def.ops {
-            self.op_forward(*op, &mut at, p, a, out, rope, b, t);
-        }
-    }
-
-    /// s.dx holds the gradient of the block's output; on return, that of its input. Parameter
-    /// gradients are added into g.
-    #[allow(clippy::too_many_arguments)]
-    pub fn backward(
-        &self,
-        p: &[f32],
-        g: &mut [f32],
-        a: &mut BlockActs,
-        s: &mut Scratch,
-        rope: RopeAt,
-        b: usize,
-        t: usize,
-    ) {
-        let mut at = super::block_ops::Walk::end(&self.def);
-        for (i, op) in self.def.ops.iter().enumerate().rev() {
-            let prev = i.checked_sub(1).map(|j| &self.def.ops[j]);
-            self.op_backward(*op, prev, &mut at, p, g, a, s, rope, b, t);
         }
     }
 }

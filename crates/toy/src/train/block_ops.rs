@@ -1,6 +1,6 @@
 //! Each op of a block (`model::ops::Op`) in training: its forward and, beside it, its
-//! backward. `Block::forward` calls `op_forward` for the ops in order, `Block::backward`
-//! calls `op_backward` in reverse. A `Walk` says where the walk is: which Norm op's output
+//! backward, and the block's two walks over them: `Block::forward` calls `op_forward` for the
+//! ops in order, `Block::backward` calls `op_backward` in reverse. A `Walk` says where the walk is: which Norm op's output
 //! the products read, which residual stream a Norm reads and a Residual writes (x, xm, out),
 //! and which buffer holds the last op's output.
 //! Letters: B sequences, T positions, N = B*T rows, C width, H / Hkv heads, D head size,
@@ -49,6 +49,42 @@ fn sigmoid(x: f32) -> f32 {
 }
 
 impl Block {
+    /// a.x (B*T, C) -> out (B*T, C), keeping what the backward needs in `a`.
+    pub fn forward(
+        &self,
+        p: &[f32],
+        a: &mut BlockActs,
+        out: &mut [f32],
+        rope: RopeAt,
+        b: usize,
+        t: usize,
+    ) {
+        let mut at = Walk::default();
+        for op in &self.def.ops {
+            self.op_forward(*op, &mut at, p, a, out, rope, b, t);
+        }
+    }
+
+    /// s.dx holds the gradient of the block's output; on return, that of its input. Parameter
+    /// gradients are added into g.
+    #[allow(clippy::too_many_arguments)]
+    pub fn backward(
+        &self,
+        p: &[f32],
+        g: &mut [f32],
+        a: &mut BlockActs,
+        s: &mut Scratch,
+        rope: RopeAt,
+        b: usize,
+        t: usize,
+    ) {
+        let mut at = Walk::end(&self.def);
+        for (i, op) in self.def.ops.iter().enumerate().rev() {
+            let prev = i.checked_sub(1).map(|j| &self.def.ops[j]);
+            self.op_backward(*op, prev, &mut at, p, g, a, s, rope, b, t);
+        }
+    }
+
     /// One op's forward.
     #[allow(clippy::too_many_arguments)]
     pub(super) fn op_forward(

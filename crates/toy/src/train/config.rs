@@ -5,6 +5,7 @@
 //! that config (`Deref`). Checkpoints and run folders keep it in the recipe's words, a
 //! [`ModelSpec`], as earlier runs wrote it.
 
+use super::MAX_DIM;
 use crate::model::tensors::{block_tensors, products, BlockShape, Part, Tensor};
 use serde::{Deserialize, Serialize};
 use std::ops::{Deref, DerefMut};
@@ -160,9 +161,6 @@ pub enum TrainError {
     #[error("base model: {0}")]
     Base(String),
 }
-
-/// Largest size of any one dimension we accept (bounds every allocation from a config).
-pub(crate) const MAX_DIM: usize = 1 << 20;
 
 impl ModelConfig {
     /// Head size D.

@@ -16,8 +16,8 @@ use std::time::Instant;
 use tinynn::optim::{clip_factor, lr_at, AdamW, AdamWConfig};
 
 use super::events::{now, Event, EventLog};
+use super::outcome::{Outcome, TrainRunError};
 use super::recipe::OptimSection;
-use super::trainer::{Outcome, TrainRunError};
 
 /// A task's side of a step.
 pub trait Task {

@@ -4,8 +4,8 @@
 //! attention head size and partial rotary size (Qwen3.5: a quarter of the head), and the GDN
 //! shape (`qwen35.ssm.*`). Built from a recipe's `[model]` keys, checked before any allocation.
 
-use super::config::MAX_DIM;
 use super::recipe::ModelSection;
+use super::MAX_DIM;
 use super::{Arch, TrainError};
 pub use crate::model::LayerKind;
 use serde::{Deserialize, Serialize};

@@ -28,6 +28,7 @@ pub mod driver;
 pub mod evaluate;
 pub mod events;
 pub mod export;
+mod outcome;
 pub mod plot;
 pub mod precision;
 pub mod recipe;
@@ -40,6 +41,9 @@ pub use base::config_from_gguf as base_config;
 pub use config::{Arch, HybridConfig, LayerKind, ModelConfig, ModelSpec, TrainError};
 pub use model::{LoraSpec, TrainModel};
 pub use params::ParamInfo;
+
+/// Largest size of any one dimension of a model config (bounds every allocation from one).
+pub(crate) const MAX_DIM: usize = 1 << 20;
 
 #[cfg(test)]
 mod tests;

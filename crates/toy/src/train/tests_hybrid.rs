@@ -276,3 +276,37 @@ fn a_qwen35_base_imports_for_a_full_fine_tune() {
         assert!((l0 - l1).abs() < 1e-5, "{l0} vs {l1}");
     }
 }
+
+/// One config: a model trained from a recipe, written as GGUF and read back as a base, is the
+/// same `model::Config` inference reads from that file; and a config is stored in a
+/// checkpoint in the recipe's words (`ModelSpec`) and reads back equal.
+#[test]
+fn a_base_config_is_the_inference_config_and_checkpoints_keep_the_spec() {
+    let mut all = super::tests::variants();
+    all.extend(super::tests::families());
+    all.push(hybrid_cfg(false, true));
+    for c in all {
+        let m = TrainModel::init(c.clone(), 1, 3);
+        let mut bytes = Vec::new();
+        let gguf = super::export::to_gguf(&m, &[], "one-config").unwrap();
+        gguf.write_to(&mut bytes).unwrap();
+        let f = crate::gguf::GgufFile::from_bytes(bytes).unwrap();
+        let inference = crate::model::Config::from_gguf(&f).unwrap();
+        let base = super::base_config(&f, c.ctx).unwrap();
+        assert_eq!(base.shape, inference, "{:?}", c.arch);
+        let mut want = c.shape.clone();
+        want.rope_neox = c.arch.rope_neox();
+        want.tied = m.cfg.is_tied();
+        if c.arch.is_gpt2() {
+            // learned positions: the file carries no RoPE base, inference keeps its default
+            want.rope_base = inference.rope_base;
+        }
+        assert_eq!(inference, want, "{:?}: the trained shape", c.arch);
+
+        let json = serde_json::to_string(&c).unwrap();
+        assert!(!json.contains("\"shape\""), "{json}");
+        assert_eq!(json.contains("\"hybrid\""), c.gdn.is_some(), "{json}");
+        let back: ModelConfig = serde_json::from_str(&json).unwrap();
+        assert_eq!(back, c);
+    }
+}

@@ -9,68 +9,19 @@ use std::path::{Path, PathBuf};
 
 use tinynn::optim::AdamW;
 
-use super::checkpoint::{self, CheckpointError, Fault, StateHeader, StateView};
-use super::data::{self, DataError, PrepareOptions, TokenizerChoice};
-use super::dataset::{Batcher, Dataset, ShardError};
+use super::checkpoint::{self, Fault, StateHeader, StateView};
+use super::data::{self, PrepareOptions, TokenizerChoice};
+use super::dataset::{Batcher, Dataset};
 use super::driver::{adamw, Events, Loop, Plan, Task};
 use super::evaluate::{eval_loss, sample};
 use super::events::{now, Event, EventLog};
+pub use super::outcome::{Outcome, TrainRunError};
 use super::recipe::Recipe;
 use super::rng::SplitMix64;
 use super::run::RunDir;
-use super::{export, warm_start, TrainError, TrainModel};
+use super::{export, warm_start, TrainModel};
 use crate::gguf::GgufFile;
 use crate::tokenizer::{Tokenizer, TokenizerSpec};
-
-#[derive(Debug, thiserror::Error)]
-pub enum TrainRunError {
-    #[error(transparent)]
-    Data(#[from] DataError),
-    #[error(transparent)]
-    Shard(#[from] ShardError),
-    #[error(transparent)]
-    Checkpoint(#[from] CheckpointError),
-    #[error(transparent)]
-    Model(#[from] TrainError),
-    #[error("writing the checkpoint GGUF: {0}")]
-    Export(#[from] crate::gguf::GgufError),
-    #[error("the donor {path}: {source}")]
-    Donor {
-        path: PathBuf,
-        source: crate::gguf::GgufError,
-    },
-    #[error("{path}: {source}")]
-    Io {
-        path: PathBuf,
-        source: std::io::Error,
-    },
-    #[error("the data in {dir} has a vocabulary of {data}, the recipe's model.vocab is {model}: prepare the data with --vocab-size {model} or set model.vocab={data}")]
-    VocabMismatch {
-        dir: PathBuf,
-        data: usize,
-        model: usize,
-    },
-    #[error(
-        "the {split} split of {dir} has {tokens} tokens, fewer than one window of ctx + 1 = {need}"
-    )]
-    TooFewTokens {
-        dir: PathBuf,
-        split: &'static str,
-        tokens: usize,
-        need: usize,
-    },
-    #[error("{what} is {value} at step {step}: training diverged (try a lower optim.lr); last good checkpoint: {}", last_checkpoint.as_ref().map_or("none".into(), |p| p.display().to_string()))]
-    NonFinite {
-        what: &'static str,
-        value: f32,
-        step: usize,
-        last_checkpoint: Option<PathBuf>,
-    },
-    #[error("tokenizer: {0}")]
-    Tokenizer(#[from] crate::tokenizer::TokenizerError),
-    #[error("tokenizer file: {0}")]
-    Bpe(#[from] super::bpe::BpeError),
-}
 
 /// For tasks whose errors are messages (the image classifier's).
 impl From<TrainRunError> for String {
@@ -95,16 +46,6 @@ pub struct Hooks {
     /// Write a checkpoint of the initial weights (step 0) before training, e.g. so another
     /// framework can start from the same weights.
     pub checkpoint_at_start: bool,
-}
-
-/// How a call to [`train`] ended.
-#[derive(Clone, Debug, PartialEq)]
-pub struct Outcome {
-    pub steps_done: usize,
-    pub last_loss: f32,
-    pub last_checkpoint: Option<PathBuf>,
-    /// Whether all the recipe's steps are done.
-    pub finished: bool,
 }
 
 /// The run's data folder, prepared first (from `data.inputs`, or the Rust book) when absent.
