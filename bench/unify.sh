@@ -7,6 +7,8 @@
 #   tg128 (scripts/fetch-coder.sh target) and 8-client serving of SmolLM2 (bench/serve-load.py:
 #   8 concurrent greedy streams of 64 tokens, the aggregate tok/s, median of 3 rounds).
 # Usage: bench/unify.sh BASE_TOY NEW_TOY   (REPS=3, THREADS=2, CASES="pp512 tg128 ..." to pick).
+# The summary gives each side's median, their ratio, and the median (range) of the per-round
+# ratios; which side runs first flips each round.
 # Not part of CI: minutes, and noisy on a shared host (the alternation and medians are for that).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -62,7 +64,10 @@ if [ "${CODER:-0}" = 1 ]; then
 fi
 for r in $(seq "$reps"); do
     for c in "${cases[@]}"; do
-        for side in base new; do
+        # which side runs first flips each round: the second run of a pair ran slower on
+        # this host (turbo, heat), which a fixed order charges to one side
+        order="base new"; [ $((r % 2)) = 0 ] && order="new base"
+        for side in $order; do
             bin=$base; [ $side = new ] && bin=$new
             v=$(one $side "$bin" "$c")
             echo "$c $side $v" | tee -a "$out/all.txt" >&2
@@ -72,9 +77,13 @@ done
 python3 - "$out/all.txt" <<'PY'
 import sys, statistics as s
 rows = [l.split() for l in open(sys.argv[1])]
-print(f"{'case':14} {'base':>10} {'new':>10} {'new/base':>9}")
+print(f"{'case':14} {'base':>10} {'new':>10} {'new/base':>9}  per-round new/base")
 for c in dict.fromkeys(r[0] for r in rows):
     b = s.median(float(r[2]) for r in rows if r[0] == c and r[1] == "base")
     n = s.median(float(r[2]) for r in rows if r[0] == c and r[1] == "new")
-    print(f"{c:14} {b:10.1f} {n:10.1f} {n / b:9.3f}")
+    pairs = [float(n[2]) / float(b[2]) for b, n in zip(
+        [r for r in rows if r[0] == c and r[1] == "base"],
+        [r for r in rows if r[0] == c and r[1] == "new"])]
+    print(f"{c:14} {b:10.1f} {n:10.1f} {n / b:9.3f}  pairs {s.median(pairs):.3f} "
+          f"({min(pairs):.2f}-{max(pairs):.2f})")
 PY
