@@ -6,7 +6,7 @@
 use super::export;
 use super::tests::{rough_params, tokens};
 use super::tests_hybrid::hybrid_cfg;
-use super::tests_lora::{check_adapter_gradients, train_adapters};
+use super::tests_lora::{check_adapter_gradients, check_dropout, train_adapters};
 use super::{LoraSpec, ModelConfig, TrainModel};
 use crate::gguf::GgufFile;
 use crate::quantize::quantize_model;
@@ -131,38 +131,13 @@ fn targets_a_base_lacks_are_named_errors() {
 }
 
 /// The adapters' dropout reaches every product of both layer kinds (the hybrid blocks once
-/// ignored it): a masked pass differs from the clean one, one key gives one mask, and the
-/// gradients of the masked loss match finite differences.
+/// ignored it): the checks of `tests_lora::check_dropout` on a hybrid base.
 #[test]
 fn hybrid_lora_dropout_masks_the_adapters_inputs_and_its_gradients_match_finite_differences() {
-    use tinynn::layers::dropout::Dropout;
     let c = hybrid_cfg(false, false);
     let file = base(&c);
     let (b, t) = (2, c.ctx);
     let (x, y) = (tokens(b * t, c.vocab, 5), tokens(b * t, c.vocab, 6));
     let mut m = TrainModel::lora_on_base(&file, c.ctx, 2, &spec(&["all-linear"]), None).unwrap();
-    let mut rng = StdRng::seed_from_u64(3);
-    let adapters: Vec<_> = m
-        .params_info()
-        .iter()
-        .filter(|i| i.name.contains(".lora_"))
-        .cloned()
-        .collect();
-    for i in &adapters {
-        for v in &mut m.params[i.range.clone()] {
-            *v = rng.random_range(-0.3..0.3);
-        }
-    }
-    let clean = m.forward_loss(&x, &y, b, t) as f64;
-    let masked = |m: &mut TrainModel| {
-        m.zero_grad();
-        m.forward_backward(&x, &y, b, t) as f64
-    };
-    m.set_dropout(Some(Dropout::new(0.3, 11)));
-    let l0 = masked(&mut m);
-    assert!((l0 - clean).abs() > 1e-4, "dropout changed nothing: {l0}");
-    assert_eq!(masked(&mut m), l0, "one key, one mask");
-    masked(&mut m);
-    let g = m.grads.clone();
-    check_adapter_gradients(&mut m, &g, 2, &mut rng, masked);
+    check_dropout(&mut m, &x, &y, b, t);
 }

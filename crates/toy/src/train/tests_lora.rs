@@ -271,6 +271,13 @@ fn lora_dropout_masks_the_adapters_inputs_and_its_gradients_match_finite_differe
     let (b, t) = (2, 6);
     let (x, y) = (tokens(b * t, c.vocab, 5), tokens(b * t, c.vocab, 6));
     let mut m = TrainModel::lora_on_base(&file, c.ctx, 2, &spec(all_linear()), None).unwrap();
+    check_dropout(&mut m, &x, &y, b, t);
+}
+
+/// With random adapters on `m`: a masked pass (forward_backward with dropout) differs from
+/// the clean one, one key gives one mask and another key another, evaluation runs no
+/// dropout, and the masked loss's gradients match finite differences.
+pub(super) fn check_dropout(m: &mut TrainModel, x: &[u32], y: &[u32], b: usize, t: usize) {
     let mut rng = StdRng::seed_from_u64(3);
     let adapters: Vec<_> = m
         .params_info()
@@ -283,30 +290,30 @@ fn lora_dropout_masks_the_adapters_inputs_and_its_gradients_match_finite_differe
             *v = rng.random_range(-0.3..0.3);
         }
     }
-    let clean = m.forward_loss(&x, &y, b, t);
+    let clean = m.forward_loss(x, y, b, t);
     // the loss of one masked pass (forward_backward applies the dropout; grads are reset)
     let masked = |m: &mut TrainModel| {
         m.zero_grad();
-        m.forward_backward(&x, &y, b, t) as f64
+        m.forward_backward(x, y, b, t) as f64
     };
     m.set_dropout(Some(Dropout::new(0.3, 11)));
-    let l0 = masked(&mut m);
+    let l0 = masked(m);
     assert!(
         (l0 - clean as f64).abs() > 1e-4,
         "dropout changed nothing: {l0}"
     );
-    assert_eq!(masked(&mut m), l0, "one key, one mask");
+    assert_eq!(masked(m), l0, "one key, one mask");
     assert_eq!(
-        m.forward_loss(&x, &y, b, t),
+        m.forward_loss(x, y, b, t),
         clean,
         "no dropout in evaluation"
     );
     m.set_dropout(Some(Dropout::new(0.3, 12)));
-    assert_ne!(masked(&mut m), l0, "another key, another mask");
+    assert_ne!(masked(m), l0, "another key, another mask");
     m.set_dropout(Some(Dropout::new(0.3, 11)));
-    masked(&mut m);
+    masked(m);
     let g = m.grads.clone();
-    check_adapter_gradients(&mut m, &g, 2, &mut rng, masked);
+    check_adapter_gradients(m, &g, 2, &mut rng, masked);
 }
 
 /// Central differences (eps 1e-2) of `loss` on `samples` random elements of each LoRA
