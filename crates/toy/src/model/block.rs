@@ -56,14 +56,6 @@ pub struct Block {
     gdn: Option<GdnW>,
 }
 
-/// Which buffer holds the output of the last op, the input of a Residual.
-#[derive(Clone, Copy)]
-enum Cur {
-    Att,
-    Gdn,
-    Ff,
-}
-
 impl Block {
     /// Block `l` of a model of `cfg`, by its table's names and dims.
     pub fn load(f: &Loader, cfg: &Config, l: usize) -> Result<Self, ModelError> {
@@ -139,8 +131,7 @@ impl Block {
         let t: usize = spans.iter().map(|sp| sp.len).sum();
         let (c, qd, kvd, ff) = (cfg.d_model, cfg.q_dim(), cfg.kv_dim(), cfg.d_ff);
         let mut norms = self.norms.iter();
-        let mut cur = Cur::Att;
-        for op in &self.def.ops {
+        for (i, op) in self.def.ops.iter().enumerate() {
             match *op {
                 Op::Norm { name } => {
                     let w = norms.next().expect("a weight per Norm op");
@@ -162,7 +153,6 @@ impl Block {
                 Op::Attention => {
                     let (q, k, v) = (&mut s.q[..t * qd], &s.k[..t * kvd], &s.v[..t * kvd]);
                     attend_spans(cfg, l, q, k, v, spans, &mut s.att[..t * qd]);
-                    cur = Cur::Att;
                 }
                 Op::Gate => {
                     for (a, g) in s.att[..t * qd].iter_mut().zip(&s.qg[..t * qd]) {
@@ -172,7 +162,6 @@ impl Block {
                 Op::GdnIn { p } => self.gdn_in(file, cfg, s, l, t, p, lora),
                 Op::DeltaNet => {
                     self.delta_net(cfg, s, l, t, spans);
-                    cur = Cur::Gdn;
                 }
                 Op::MlpIn { p } => {
                     let h = &s.h[..t * c];
@@ -196,13 +185,16 @@ impl Block {
                         Act::SwiGlu => swiglu(a, &s.ff_b[..t * ff]),
                         Act::Gelu => gelu(a),
                     }
-                    cur = Cur::Ff;
                 }
                 Op::Residual { p, tap: point } => {
-                    let input = match cur {
-                        Cur::Att => &s.att[..t * qd],
-                        Cur::Gdn => &s.gdn_out[..t * cfg.gdn.map_or(0, |g| g.value_width())],
-                        Cur::Ff => &s.ff_a[..t * ff],
+                    // the output of the op before it
+                    let input = match self.def.ops[i - 1] {
+                        Op::Attention | Op::Gate => &s.att[..t * qd],
+                        Op::DeltaNet => &s.gdn_out[..t * cfg.gdn.map_or(0, |g| g.value_width())],
+                        Op::Act(_) => &s.ff_a[..t * ff],
+                        _ => unreachable!(
+                            "a Residual follows attention, its gate, the GDN or the MLP"
+                        ),
                     };
                     let (w, target) = self.single(p);
                     let proj = &mut s.proj[..t * c];

@@ -1,8 +1,8 @@
 //! Each op of a block (`model::ops::Op`) in training: its forward and, beside it, its
 //! backward, and the block's two walks over them: `Block::forward` calls `op_forward` for the
 //! ops in order, `Block::backward` calls `op_backward` in reverse. A `Walk` says where the walk is: which Norm op's output
-//! the products read, which residual stream a Norm reads and a Residual writes (x, xm, out),
-//! and which buffer holds the last op's output.
+//! the products read, and which residual stream a Norm reads and a Residual writes (x, xm,
+//! out). A Residual's input is the output of the op before it (`Cur::after`).
 //! Letters: B sequences, T positions, N = B*T rows, C width, H / Hkv heads, D head size,
 //! S = (H + 2 Hkv) D, P = 2 H D + 2 Hkv D, F MLP width.
 
@@ -13,23 +13,12 @@ use tinynn::layers::act::{gelu_backward, gelu_forward, swiglu_backward, swiglu_f
 use tinynn::layers::rope::RopeAt;
 
 /// Where a walk over a block's ops is.
-#[derive(Clone, Copy)]
+#[derive(Clone, Copy, Default)]
 pub(super) struct Walk {
     /// Norm ops passed (forward) or still ahead (backward).
     norm: usize,
     /// Residual ops passed, likewise: the stream a Norm reads (0 x, 1 xm).
     res: usize,
-    cur: Cur,
-}
-
-impl Default for Walk {
-    fn default() -> Self {
-        Self {
-            norm: 0,
-            res: 0,
-            cur: Cur::Att,
-        }
-    }
 }
 
 impl Walk {
@@ -39,7 +28,6 @@ impl Walk {
         Self {
             norm: count(|o| matches!(o, Op::Norm { .. })),
             res: count(|o| matches!(o, Op::Residual { .. })),
-            cur: Cur::Att,
         }
     }
 }
@@ -60,8 +48,9 @@ impl Block {
         t: usize,
     ) {
         let mut at = Walk::default();
-        for op in &self.def.ops {
-            self.op_forward(*op, &mut at, p, a, out, rope, b, t);
+        for (i, op) in self.def.ops.iter().enumerate() {
+            let prev = i.checked_sub(1).map(|j| &self.def.ops[j]);
+            self.op_forward(*op, prev, &mut at, p, a, out, rope, b, t);
         }
     }
 
@@ -85,11 +74,12 @@ impl Block {
         }
     }
 
-    /// One op's forward.
+    /// One op's forward; `prev` is the op before it.
     #[allow(clippy::too_many_arguments)]
     pub(super) fn op_forward(
         &self,
         op: Op,
+        prev: Option<&Op>,
         at: &mut Walk,
         p: &[f32],
         a: &mut BlockActs,
@@ -144,14 +134,12 @@ impl Block {
                 }
                 // (N, S) -> (N, H D)
                 (self.attn).forward_packed(&a.qkv, &mut a.att, &mut a.lse, b, t, rope.pos);
-                at.cur = Cur::Att;
             }
             Op::Gate => {
                 let y = a.gated[..n * hd].iter_mut();
                 for ((y, x), g) in y.zip(&a.att).zip(&a.gate) {
                     *y = x * sigmoid(*g);
                 }
-                at.cur = Cur::Gated;
             }
             Op::GdnIn { p: i } => {
                 let h = &a.norms[at.norm - 1].h;
@@ -167,7 +155,6 @@ impl Block {
                     a.gdn.as_mut().expect("acts"),
                 );
                 g.forward(p, r.gdn.as_ref().expect("GDN ranges"), ga, b, t);
-                at.cur = Cur::Gdn;
             }
             Op::MlpIn { p: i } => {
                 let h = &a.norms[at.norm - 1].h;
@@ -184,7 +171,6 @@ impl Block {
                     }
                     Act::Gelu => gelu_forward(&a.ff[..n * f], &mut a.act[..n * f]),
                 }
-                at.cur = Cur::Act;
             }
             Op::Residual { p: i, .. } => {
                 // stream res+1 = stream res + product i of the last op's output
@@ -198,7 +184,7 @@ impl Block {
                         out
                     }
                 };
-                let x = match at.cur {
+                let x = match Cur::after(prev.expect("a Residual follows an op")) {
                     Cur::Att => &a.att,
                     Cur::Gated => &a.gated,
                     Cur::Gdn => &a.gdn.as_ref().expect("GDN acts").y,
