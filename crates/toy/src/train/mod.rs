@@ -9,7 +9,6 @@ mod block_ops;
 mod config;
 mod gdn_mixer;
 mod hybrid_config;
-mod hybrid_lora;
 mod lin;
 mod model;
 pub(crate) use model::add_and_clear;

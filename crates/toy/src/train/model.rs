@@ -138,10 +138,7 @@ impl TrainModel {
                 cfg.arch.name()
             )));
         }
-        let layout = match cfg.gdn {
-            None => Layout::new_lora(&cfg, &lora.targets, lora.rank),
-            Some(_) => Layout::new_lora_hybrid(&cfg, &lora.targets, lora.rank),
-        };
+        let layout = Layout::new_lora(&cfg, &lora.targets, lora.rank);
         let params = match params {
             Some(p) => p,
             None => {

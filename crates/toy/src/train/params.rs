@@ -58,7 +58,7 @@ pub(crate) struct BlockRanges {
 impl BlockRanges {
     /// Block l's ranges from where its tensors landed.
     pub(super) fn new(cfg: &ModelConfig, l: usize, s: &BlockSlots) -> Self {
-        let def = BlockDef::new(cfg.arch, cfg.kind(l));
+        let def = BlockDef::new(cfg.arch, cfg.kinds[l]);
         let prods = cfg.products(l);
         let norms = def
             .ops
@@ -269,8 +269,10 @@ impl Layout {
         BlockSlots(slots)
     }
 
-    /// A LoRA run's layout: the full layout's vectors (norms, biases) and GPT-2's position
-    /// table as f32 params the trainer keeps frozen, and after each block's, for each target
+    /// A LoRA run's layout, for every family: every tensor of the full layout but the base's
+    /// matrices (the products, the embedding, the head), as f32 params the trainer keeps
+    /// frozen (norms, biases, GPT-2's position table, the GDN conv, dt bias and A_log), and
+    /// after each block's, for each target
     /// part its adapter: `<name>.weight.lora_a` (dims [K, r], Kaiming-uniform as peft:
     /// U(-1/sqrt(K), 1/sqrt(K))) and `.lora_b` (dims [r, M], zeros), so the first step's
     /// output is the base's. Matrix, embedding and head ranges are empty: those stay in the
@@ -282,6 +284,14 @@ impl Layout {
             let rest = name.strip_prefix("blk.")?;
             rest.split('.').next()?.parse::<usize>().ok()
         };
+        // the base's matrices stay in the file: the products, the embedding and the head
+        let frozen: std::collections::HashSet<String> = (0..cfg.n_layer)
+            .flat_map(|l| {
+                let parts = cfg.products(l).into_iter().flatten();
+                parts.map(move |p| format!("blk.{l}.{}.weight", p.name))
+            })
+            .chain(["token_embd.weight".into(), "output.weight".into()])
+            .collect();
         // (range in the full layout, range here) of every tensor kept in params
         let mut moved: Vec<(Range<usize>, Range<usize>)> = Vec::new();
         let mut open: Option<usize> = None;
@@ -291,7 +301,7 @@ impl Layout {
                 lay.push_adapters(cfg, targets, rank, l);
             }
             open = blk;
-            if info.dims.len() == 1 || info.name == "position_embd.weight" {
+            if !frozen.contains(&info.name) {
                 let r = lay.push(info.name.clone(), info.dims.clone(), false, init);
                 moved.push((info.range.clone(), r));
             }
