@@ -133,7 +133,7 @@ fn qwen2_and_qwen3_recipes_train_and_export_as_their_family() {
         let r = Recipe::load(&recipe_path("tiny.toml"), &sets).expect(arch);
         let c = r.model_config().unwrap();
         assert_eq!(c.arch.name(), arch);
-        assert_eq!(c.head_dim(), if extra { 12 } else { 8 });
+        assert_eq!(c.head_dim, if extra { 12 } else { 8 });
         let mut m = TrainModel::try_init(c.clone(), 1, 3).unwrap();
         // weights off their init, so biases and norms carry signal
         for (i, v) in m.params.iter_mut().enumerate() {
@@ -148,7 +148,7 @@ fn qwen2_and_qwen3_recipes_train_and_export_as_their_family() {
             .unwrap();
         let model = Model::from_gguf(Arc::new(GgufFile::from_bytes(bytes).unwrap())).unwrap();
         assert_eq!(model.cfg.arch.name(), arch);
-        assert_eq!(model.cfg.head_dim, c.head_dim());
+        assert_eq!(model.cfg.head_dim, c.head_dim);
         let mut st = model.new_state(8, 8);
         let got = model.forward(&mut st, &toks, Logits::Last).unwrap();
         let err = want

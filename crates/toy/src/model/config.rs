@@ -2,7 +2,7 @@
 //! `{arch}.embedding_length`, ... as llama.cpp's `llama-arch.cpp` names them).
 
 use super::hybrid_config::{gdn_shape, layer_kinds, LayerKind};
-use super::tensors::{BlockShape, BlockTable};
+use super::tensors::{block_tensors, products, BlockShape, BlockTable, Part, Tensor};
 use super::ModelError;
 use crate::gguf::GgufFile;
 use tinynn::layers::gdn::GdnShape;
@@ -263,17 +263,31 @@ impl Config {
             .collect()
     }
 
-    /// Block `l`'s tensors as its family's table lists them (`model::tensors`).
-    pub fn block_table(&self, l: usize) -> BlockTable {
-        let shape = BlockShape {
+    /// The shape the block table reads (`model::tensors`).
+    pub fn block_shape(&self) -> BlockShape {
+        BlockShape {
             c: self.d_model,
             f: self.d_ff,
             h: self.n_head,
             hkv: self.n_kv_head,
             d: self.head_dim,
             gdn: self.gdn,
-        };
-        BlockTable::new(self.arch, self.kinds[l], &shape, l)
+        }
+    }
+
+    /// Block `l`'s tensors as its family's table lists them (`model::tensors`).
+    pub fn block_table(&self, l: usize) -> BlockTable {
+        BlockTable::new(self.arch, self.kinds[l], &self.block_shape(), l)
+    }
+
+    /// Block `l`'s tensors, in the order the block runs them (`tensors::block_tensors`).
+    pub fn block_tensors(&self, l: usize) -> Vec<Tensor> {
+        block_tensors(self.arch, self.kinds[l], &self.block_shape())
+    }
+
+    /// Block `l`'s products, each its parts (`tensors::products`).
+    pub fn products(&self, l: usize) -> Vec<Vec<Part>> {
+        products(self.arch, self.kinds[l], &self.block_shape())
     }
 
     /// Whether any layer is recurrent.

@@ -175,8 +175,8 @@ impl Cur {
 
 impl Block {
     pub fn new(cfg: &ModelConfig, l: usize, r: BlockRanges) -> Self {
-        let (c, d) = (cfg.d_model, cfg.head_dim());
-        let def = BlockDef::new(cfg.arch, cfg.kind(l));
+        let (c, d) = (cfg.d_model, cfg.head_dim);
+        let def = BlockDef::new(cfg.arch, cfg.kinds[l]);
         let lins = cfg
             .products(l)
             .iter()

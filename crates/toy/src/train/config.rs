@@ -6,7 +6,6 @@
 //! [`ModelSpec`], as earlier runs wrote it.
 
 use super::MAX_DIM;
-use crate::model::tensors::{block_tensors, products, BlockShape, Part, Tensor};
 use serde::{Deserialize, Serialize};
 use std::ops::{Deref, DerefMut};
 
@@ -90,11 +89,7 @@ impl TryFrom<ModelSpec> for ModelConfig {
     fn try_from(s: ModelSpec) -> Result<Self, TrainError> {
         s.validate()?;
         let h = s.hybrid.as_ref();
-        let head_dim = match (h, s.head_dim) {
-            (Some(h), _) => h.head_dim,
-            (None, Some(d)) => d,
-            (None, None) => s.d_model / s.n_head,
-        };
+        let head_dim = s.head_size();
         let shape = crate::model::Config {
             arch: s.arch,
             n_layer: s.n_layer,
@@ -163,11 +158,6 @@ pub enum TrainError {
 }
 
 impl ModelConfig {
-    /// Head size D.
-    pub fn head_dim(&self) -> usize {
-        self.shape.head_dim
-    }
-
     /// A hybrid's layer kinds and mixer shapes, in a recipe's words.
     pub fn hybrid(&self) -> Option<HybridConfig> {
         let g = self.gdn.as_ref()?;
@@ -181,33 +171,6 @@ impl ModelConfig {
             gdn_value_dim: g.dv,
             conv_kernel: g.kernel,
         })
-    }
-
-    /// The shape the block products' table reads (`model::tensors`).
-    pub fn block_shape(&self) -> BlockShape {
-        BlockShape {
-            c: self.d_model,
-            f: self.d_ff,
-            h: self.n_head,
-            hkv: self.n_kv_head,
-            d: self.head_dim,
-            gdn: self.gdn,
-        }
-    }
-
-    /// What mixes the tokens in layer l.
-    pub fn kind(&self, l: usize) -> LayerKind {
-        self.kinds[l]
-    }
-
-    /// Block l's tensors (`model::tensors::block_tensors`).
-    pub fn block_tensors(&self, l: usize) -> Vec<Tensor> {
-        block_tensors(self.arch, self.kind(l), &self.block_shape())
-    }
-
-    /// Block l's products, each its parts (`model::tensors::products`).
-    pub fn products(&self, l: usize) -> Vec<Vec<Part>> {
-        products(self.arch, self.kind(l), &self.block_shape())
     }
 
     /// The context the model is for: the base's, or the training ctx where longer.
@@ -228,13 +191,18 @@ impl ModelConfig {
 }
 
 impl ModelSpec {
-    /// Checks the shape is one the layers can run; says what is wrong otherwise.
-    pub fn validate(&self) -> Result<(), TrainError> {
-        let head_dim = match (&self.hybrid, self.head_dim) {
+    /// Head size D: a hybrid's own, the given one, else d_model / n_head.
+    fn head_size(&self) -> usize {
+        match (&self.hybrid, self.head_dim) {
             (Some(h), _) => h.head_dim,
             (None, Some(d)) => d,
             (None, None) => self.d_model / self.n_head.max(1),
-        };
+        }
+    }
+
+    /// Checks the shape is one the layers can run; says what is wrong otherwise.
+    pub fn validate(&self) -> Result<(), TrainError> {
+        let head_dim = self.head_size();
         let bad = |m: String| Err(TrainError::Config(m));
         for (name, v) in [
             ("vocab", self.vocab),

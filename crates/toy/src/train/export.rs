@@ -38,7 +38,7 @@ pub fn depth_factor(cfg: &ModelConfig, name: &str) -> f32 {
         return 1.0;
     };
     let (norm, _) = tensor.rsplit_once('.').unwrap_or((tensor, ""));
-    let def = BlockDef::new(cfg.arch, cfg.kind(l));
+    let def = BlockDef::new(cfg.arch, cfg.kinds[l]);
     let normed = |o: &Op| matches!(o, Op::Norm { name } if *name == norm);
     match def.ops.iter().any(normed) {
         true => tinynn::layers::depth_scale(l),
@@ -73,10 +73,10 @@ pub fn to_gguf(
                 Value::F32(cfg.norm_eps),
             );
             w.add_metadata(k("rope.freq_base"), Value::F32(cfg.rope_base));
-            w.add_metadata(k("rope.dimension_count"), u32v(cfg.head_dim()));
+            w.add_metadata(k("rope.dimension_count"), u32v(cfg.head_dim));
             if cfg.head_dim * cfg.n_head != cfg.d_model {
-                w.add_metadata(k("attention.key_length"), u32v(cfg.head_dim()));
-                w.add_metadata(k("attention.value_length"), u32v(cfg.head_dim()));
+                w.add_metadata(k("attention.key_length"), u32v(cfg.head_dim));
+                w.add_metadata(k("attention.value_length"), u32v(cfg.head_dim));
             }
             w.add_metadata(k("vocab_size"), u32v(cfg.vocab));
         }

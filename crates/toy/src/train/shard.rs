@@ -43,7 +43,7 @@ impl Net {
         let layout = Layout::new(cfg);
         // a hybrid turns only the first rope_dim dims of each head
         let rope = RopeSpec {
-            head_dim: cfg.head_dim(),
+            head_dim: cfg.head_dim,
             n_rot: cfg.rope_dim,
             neox: cfg.arch.rope_neox(),
             base: cfg.rope_base,

@@ -198,7 +198,7 @@ pub fn describe(d: &ModelConfig, s: &ModelConfig) -> Result<String, TrainError> 
             c.d_model,
             c.n_head,
             c.n_kv_head,
-            c.head_dim(),
+            c.head_dim,
             c.d_ff,
             c.n_layer,
             if c.is_tied() { " tied" } else { "" }
@@ -211,7 +211,7 @@ pub fn describe(d: &ModelConfig, s: &ModelConfig) -> Result<String, TrainError> 
             s.arch.name()
         )));
     }
-    if d.vocab != s.vocab || d.head_dim() != s.head_dim() {
+    if d.vocab != s.vocab || d.head_dim != s.head_dim {
         return Err(bad(format!("vocab and head size must match: {}", both())));
     }
     let wider = s.d_model > d.d_model;
@@ -274,7 +274,7 @@ pub fn warm_start(
         i.map(|i| dp[i.range.clone()].to_vec())
     };
 
-    let (c, c2, dd) = (dc.d_model, student.d_model, dc.head_dim());
+    let (c, c2, dd) = (dc.d_model, student.d_model, dc.head_dim);
     let resid = match c2.cmp(&c) {
         std::cmp::Ordering::Less => {
             let e = dget("token_embd.weight").unwrap_or_default(); // (V, C)
