@@ -115,6 +115,8 @@ pub fn run(a: Args) -> Result<()> {
         Ok(())
     };
     let (mut pp, mut tg) = (Vec::new(), Vec::new());
+    // parallel loops per decoded token: through the polling workers, and on rayon
+    let mut sync = (0usize, 0usize, 0usize);
     // One warm-up run of each (page in the weights), as llama-bench does.
     for rep in 0..=a.reps {
         if a.n_prompt > 0 {
@@ -129,6 +131,7 @@ pub fn run(a: Args) -> Result<()> {
             fill(&mut state)?;
             let mut id = prompt.first().copied().unwrap_or(1);
             let mut pool = tinynn::pool::Adaptive::new();
+            let s0 = tinynn::team::sync_points();
             let t = Instant::now();
             for _ in 0..a.n_gen {
                 id = pool.run(|| {
@@ -139,12 +142,22 @@ pub fn run(a: Args) -> Result<()> {
             }
             if rep > 0 {
                 tg.push(a.n_gen as f64 / t.elapsed().as_secs_f64());
+                let s1 = tinynn::team::sync_points();
+                sync = (
+                    sync.0 + s1.0 - s0.0,
+                    sync.1 + s1.1 - s0.1,
+                    sync.2 + s1.2 - s0.2,
+                );
             }
         }
     }
     let ((ppm, pps), (tgm, tgs)) = (stats(&pp), stats(&tg));
     let kernels = kernels_used(&model);
     let rss = peak_rss_mib();
+    let per_token = |n: usize| n as f64 / (a.reps * a.n_gen).max(1) as f64;
+    let sync = serde_json::json!({
+        "team": per_token(sync.0), "rayon": per_token(sync.1), "serial": per_token(sync.2),
+    });
     if a.json {
         println!(
             "{}",
@@ -154,6 +167,7 @@ pub fn run(a: Args) -> Result<()> {
                 "prefill_tok_s": {"mean": ppm, "sd": pps},
                 "decode_tok_s": {"mean": tgm, "sd": tgs},
                 "peak_rss_mib": rss,
+                "decode_parallel_loops_per_token": sync,
                 "kernels": kernels,
             })
         );
@@ -174,6 +188,10 @@ pub fn run(a: Args) -> Result<()> {
         }
         if a.n_gen > 0 {
             println!("tg{:<5}{at} {:>9.1} ± {:.1} tok/s", a.n_gen, tgm, tgs);
+            println!(
+                "  parallel loops per token: {} through the polling workers, {} on rayon, {} on one thread",
+                sync["team"], sync["rayon"], sync["serial"]
+            );
         }
         println!("peak RSS {:.1} MiB", rss.unwrap_or(f64::NAN));
         if let Some(m) = kernels["matrices"].as_object() {

@@ -175,5 +175,36 @@ fn train_products(c: &mut Criterion) {
     g.finish();
 }
 
-criterion_group!(benches, decode, prefill, attention, train_products);
+/// The cost of one parallel loop of a decode step (its synchronisation): 100 loops of 32 tiny
+/// tasks inside `spin::busy`, through the polling workers (`team`) and on rayon's fork/join;
+/// time per element is time per loop.
+fn sync(c: &mut Criterion) {
+    use rayon::prelude::*;
+    use std::sync::atomic::{AtomicU64, Ordering};
+    let mut g = c.benchmark_group("parallel_loop");
+    g.throughput(Throughput::Elements(100));
+    let sink = AtomicU64::new(0);
+    let task = |i: usize| {
+        sink.fetch_add(black_box(i as u64), Ordering::Relaxed);
+    };
+    // `busy` polls only inside a pool
+    let pool = rayon::ThreadPoolBuilder::new().build().expect("pool");
+    g.bench_function("team", |b| {
+        b.iter(|| {
+            pool.install(|| {
+                tinynn::spin::busy(|| (0..100).for_each(|_| tinynn::team::par_for(32, task)))
+            })
+        })
+    });
+    g.bench_function("rayon", |b| {
+        b.iter(|| {
+            pool.install(|| {
+                tinynn::spin::busy(|| (0..100).for_each(|_| (0..32).into_par_iter().for_each(task)))
+            })
+        })
+    });
+    g.finish();
+}
+
+criterion_group!(benches, decode, prefill, attention, train_products, sync);
 criterion_main!(benches);

@@ -8,3 +8,4 @@ pub mod pool;
 pub mod profile;
 pub mod quant;
 pub mod spin;
+pub mod team;

@@ -52,6 +52,11 @@ pub fn without<R>(f: impl FnOnce() -> R) -> R {
 /// Workers polling for a step now.
 static SPINNING: AtomicUsize = AtomicUsize::new(0);
 
+/// How many workers poll for a step now (`team` hands its loops to them).
+pub(crate) fn spinning() -> usize {
+    SPINNING.load(Ordering::Acquire)
+}
+
 /// Clears the flag the spinners watch, also when `f` panics.
 struct Stop(Arc<AtomicBool>);
 
@@ -89,13 +94,14 @@ pub fn busy<R>(f: impl FnOnce() -> R) -> R {
     r
 }
 
-/// Run the pool's jobs as they come until `running` clears, or nothing came for `MAX_IDLE`
+/// Run the open `team` loops and the pool's jobs as they come until `running` clears, or nothing came for `MAX_IDLE`
 /// (a step nested under a job this thread must finish first, which the nesting guard does
 /// not see, then stalls that long at most).
 fn poll(running: &AtomicBool) {
     let mut idle_since: Option<Instant> = None;
+    let mut seen = 0;
     while running.load(Ordering::Acquire) {
-        if rayon::yield_now() == Some(rayon::Yield::Executed) {
+        if crate::team::help(&mut seen) || rayon::yield_now() == Some(rayon::Yield::Executed) {
             idle_since = None;
             continue;
         }

@@ -10,7 +10,6 @@
 //! that matter at near-ties; without it, in f32.
 
 use half::f16;
-use rayon::prelude::*;
 use std::cell::RefCell;
 
 /// The shape of one attention call.
@@ -40,59 +39,63 @@ pub fn causal_attention(
     }
     let group = h / s.n_kv_head;
     let scale = 1.0 / (d as f32).sqrt();
-    // one task per token and KV head: the heads of a group are adjacent in (T, H, D)
-    out.par_chunks_mut(group * d)
-        .enumerate()
-        .for_each(|(i, og)| {
-            let (t, kv) = (i / s.n_kv_head, i % s.n_kv_head);
-            let n = pos0 + t + 1;
-            let base = kv * s.ctx * d;
-            let (k, v) = (&k[base..base + n * d], &v[base..base + n * d]);
-            let qg = &q[i * group * d..(i + 1) * group * d];
-            #[cfg(target_arch = "x86_64")]
-            if d % 16 == 0 && d <= 256 && super::dot::simd_level() == super::dot::SimdLevel::Avx512
-            {
-                // SAFETY: AVX-512 (with F16C) was detected; k and v hold n rows of D.
-                unsafe {
-                    if !s.f16_accumulate
-                        && d <= 64
-                        && group <= 4
-                        && is_x86_feature_detected!("avx512dq")
-                    {
-                        blocked_group_avx512(qg, k, v, scale, d, og);
-                        return;
-                    }
-                    for (qv, o) in qg.chunks_exact(d).zip(og.chunks_exact_mut(d)) {
-                        if s.f16_accumulate {
-                            online_avx512::<true>(qv, k, v, scale, o)
-                        } else if is_x86_feature_detected!("avx512dq") {
-                            blocked_avx512(qv, k, v, scale, o)
-                        } else {
-                            online_avx512::<false>(qv, k, v, scale, o)
-                        }
-                    }
-                };
-                return;
-            }
-            #[cfg(target_arch = "x86_64")]
-            if super::attention_avx2::supports(d) {
-                use super::attention_avx2::online_avx2;
+    // one task per token and KV head (the heads of a group are adjacent in (T, H, D), and the
+    // f32 kernel takes them in one pass over the cache); per query head with the f16 sum,
+    // whose kernel takes one head at a time: decode then has H tasks, not Hkv
+    let per = if s.f16_accumulate { 1 } else { group };
+    let (gd, outp) = (per * d, super::OutPtr(out.as_mut_ptr()));
+    crate::team::par_for(out.len() / gd, |i| {
+        // SAFETY: task i alone writes out[i * gd..(i + 1) * gd].
+        let og = unsafe { std::slice::from_raw_parts_mut(outp.at(i * gd), gd) };
+        let (t, kv) = (i * per / h, (i * per % h) / group);
+        let n = pos0 + t + 1;
+        let base = kv * s.ctx * d;
+        let (k, v) = (&k[base..base + n * d], &v[base..base + n * d]);
+        let qg = &q[i * gd..(i + 1) * gd];
+        #[cfg(target_arch = "x86_64")]
+        if d % 16 == 0 && d <= 256 && super::dot::simd_level() == super::dot::SimdLevel::Avx512 {
+            // SAFETY: AVX-512 (with F16C) was detected; k and v hold n rows of D.
+            unsafe {
+                if per == group
+                    && !s.f16_accumulate
+                    && d <= 64
+                    && group <= 4
+                    && is_x86_feature_detected!("avx512dq")
+                {
+                    blocked_group_avx512(qg, k, v, scale, d, og);
+                    return;
+                }
                 for (qv, o) in qg.chunks_exact(d).zip(og.chunks_exact_mut(d)) {
-                    // SAFETY: AVX2, FMA and F16C were detected for this D; k and v hold n rows.
-                    unsafe {
-                        if s.f16_accumulate {
-                            online_avx2::<true>(qv, k, v, scale, o)
-                        } else {
-                            online_avx2::<false>(qv, k, v, scale, o)
-                        }
+                    if s.f16_accumulate {
+                        online_avx512::<true>(qv, k, v, scale, o)
+                    } else if is_x86_feature_detected!("avx512dq") {
+                        blocked_avx512(qv, k, v, scale, o)
+                    } else {
+                        online_avx512::<false>(qv, k, v, scale, o)
                     }
                 }
-                return;
-            }
+            };
+            return;
+        }
+        #[cfg(target_arch = "x86_64")]
+        if super::attention_avx2::supports(d) {
+            use super::attention_avx2::online_avx2;
             for (qv, o) in qg.chunks_exact(d).zip(og.chunks_exact_mut(d)) {
-                online_portable(qv, k, v, scale, s.f16_accumulate, o);
+                // SAFETY: AVX2, FMA and F16C were detected for this D; k and v hold n rows.
+                unsafe {
+                    if s.f16_accumulate {
+                        online_avx2::<true>(qv, k, v, scale, o)
+                    } else {
+                        online_avx2::<false>(qv, k, v, scale, o)
+                    }
+                }
             }
-        });
+            return;
+        }
+        for (qv, o) in qg.chunks_exact(d).zip(og.chunks_exact_mut(d)) {
+            online_portable(qv, k, v, scale, s.f16_accumulate, o);
+        }
+    });
 }
 
 thread_local! {

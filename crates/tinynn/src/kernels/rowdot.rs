@@ -197,9 +197,11 @@ pub(super) const ROW_DOT_BATCH: usize = 64;
 pub(super) fn matvec_int8(w: &QMat, x: &[f32], y: &mut [f32], dot: RowDot) {
     with_acts(x, Forms::of(&[dot]), |acts| {
         let chunk = (w.rows / (rayon::current_num_threads() * 4)).clamp(8, 256);
-        y.par_chunks_mut(chunk).enumerate().for_each(|(c, ys)| {
-            for (i, yi) in ys.iter_mut().enumerate() {
-                *yi = dot.run(w.row(c * chunk + i), acts);
+        let out = OutPtr(y.as_mut_ptr());
+        crate::team::par_for(w.rows.div_ceil(chunk), |c| {
+            for r in c * chunk..((c + 1) * chunk).min(w.rows) {
+                // SAFETY: chunk c alone writes rows c*chunk.. of y (N).
+                unsafe { *out.at(r) = dot.run(w.row(r), acts) };
             }
         });
     })
@@ -242,7 +244,8 @@ pub(super) fn int8_many(ws: &[QMat], x: &[f32], t: usize, ys: &mut [&mut [f32]],
             .enumerate()
             .flat_map(|(i, w)| (0..w.rows).step_by(CHUNK).map(move |r| (i, r)))
             .collect();
-        tasks.into_par_iter().for_each(|(i, r0)| {
+        crate::team::par_for(tasks.len(), |k| {
+            let (i, r0) = tasks[k];
             let (w, out) = (&ws[i], outs[i]);
             let nr = CHUNK.min(w.rows - r0);
             if t == 1 {
@@ -319,7 +322,8 @@ fn par_tiles(
                 .flat_map(move |g| (0..t).step_by(tokens_per_task).map(move |t0| (i, g, t0)))
         })
         .collect();
-    tasks.into_par_iter().for_each(|(i, g0, t0)| {
+    crate::team::par_for(tasks.len(), |k| {
+        let (i, g0, t0) = tasks[k];
         let groups = ws[i].packed.map_or(0, |p| p.groups());
         f(
             i,
