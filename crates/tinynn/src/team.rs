@@ -151,7 +151,7 @@ fn work() {
 /// (`seen`, the loop it last looked at). Returns whether it ran any of it.
 pub(crate) fn help(seen: &mut usize) -> bool {
     let g = SLOT.gen.load(Acquire);
-    if g % 2 == 0 || g == *seen {
+    if g.is_multiple_of(2) || g == *seen {
         return false;
     }
     *seen = g;
