@@ -68,8 +68,16 @@ EOF
     ik | main)
         local bin=$ik extra=(-rtr 1)
         [ "$e" = main ] && bin=$main && extra=()
-        "$bin" -m "$m" -p "$p" -n "$n" -d "$d" -r "$REPS" -t "$THREADS" "${extra[@]}" -o json \
-            >"$out" 2>/dev/null
+        # ik's llama-bench has no -d: its depth test is -gp DEPTH,N (decode after a prompt)
+        if [ "$d" -gt 0 ] && [ "$e" = ik ]; then
+            [ "$n" -gt 0 ] || { echo nan; return; }
+            extra+=(-p 0 -n 0 -gp "$d,$n")
+        elif [ "$d" -gt 0 ]; then
+            extra+=(-p "$p" -n "$n" -d "$d")
+        else
+            extra+=(-p "$p" -n "$n")
+        fi
+        "$bin" -m "$m" -r "$REPS" -t "$THREADS" "${extra[@]}" -o json >"$out" 2>/dev/null
         python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))[0]["avg_ts"])' "$out"
         ;;
     esac

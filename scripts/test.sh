@@ -13,6 +13,8 @@ cargo test --release --workspace
 # the kernels again through their portable fallbacks (what ARM and older x86 run): the same
 # tinynn test executable, so nothing is rebuilt with another feature set
 TOY_FORCE_SCALAR=1 "$(bash scripts/build.sh --test-bin tinynn)"
+# and through the AVX2 kernels that machines without AVX-512 VNNI take (on one that has it)
+TOY_NO_VNNI=1 "$(bash scripts/build.sh --test-bin tinynn)"
 # the server against the official openai Python client, and its page in headless Chromium
 bash scripts/serve-openai-test.sh
 bash scripts/browser-test.sh

@@ -29,6 +29,12 @@ pub struct Args {
     depth: usize,
     #[arg(long)]
     json: bool,
+    /// Round the activations of the legacy types (Q4_0, Q4_1, Q5_0, Q8_0) to one 8-bit plane,
+    /// as ggml does, instead of toy's two: half their integer work, at ggml's fidelity. For
+    /// comparing kernels with llama.cpp and ik_llama.cpp like for like; toy's generate, serve
+    /// and eval always take two planes (a speculative draft takes one).
+    #[arg(long)]
+    one_plane: bool,
     /// Instead: train this recipe for --steps steps and split the step time by kind of work.
     #[arg(long, value_name = "RECIPE")]
     train: Option<std::path::PathBuf>,
@@ -114,6 +120,16 @@ pub fn run(a: Args) -> Result<()> {
         }
         Ok(())
     };
+    let one_plane = a.one_plane;
+    // one forward pass, to the greedy next token
+    let forward = |state: &mut toy::model::State, ids: &[u32]| {
+        let logits = if one_plane {
+            tinynn::kernels::coarse_activations(|| model.forward(state, ids, Logits::Last))
+        } else {
+            model.forward(state, ids, Logits::Last)
+        };
+        logits.map(toy::infer::sampler::argmax)
+    };
     let (mut pp, mut tg) = (Vec::new(), Vec::new());
     // parallel loops per decoded token: through the polling workers, and on rayon
     let mut sync = (0usize, 0usize, 0usize);
@@ -122,7 +138,7 @@ pub fn run(a: Args) -> Result<()> {
         if a.n_prompt > 0 {
             fill(&mut state)?;
             let t = Instant::now();
-            model.forward(&mut state, &prompt, Logits::Last)?;
+            forward(&mut state, &prompt)?;
             if rep > 0 {
                 pp.push(a.n_prompt as f64 / t.elapsed().as_secs_f64());
             }
@@ -134,11 +150,7 @@ pub fn run(a: Args) -> Result<()> {
             let s0 = tinynn::team::sync_points();
             let t = Instant::now();
             for _ in 0..a.n_gen {
-                id = pool.run(|| {
-                    model
-                        .forward(&mut state, &[id], Logits::Last)
-                        .map(toy::infer::sampler::argmax)
-                })?;
+                id = pool.run(|| forward(&mut state, &[id]))?;
             }
             if rep > 0 {
                 tg.push(a.n_gen as f64 / t.elapsed().as_secs_f64());
@@ -164,6 +176,7 @@ pub fn run(a: Args) -> Result<()> {
             serde_json::json!({
                 "model": a.model.model.display().to_string(),
                 "n_prompt": a.n_prompt, "n_gen": a.n_gen, "reps": a.reps, "depth": a.depth,
+                "one_plane": a.one_plane,
                 "prefill_tok_s": {"mean": ppm, "sd": pps},
                 "decode_tok_s": {"mean": tgm, "sd": tgs},
                 "peak_rss_mib": rss,

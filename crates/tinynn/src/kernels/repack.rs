@@ -20,19 +20,24 @@ use crate::quant::GgmlType;
 /// Rows per group (the lanes of a 512-bit vector of i32).
 const G: usize = 16;
 /// What a type's block holds for the kernel: the bytes per row of the field after the 16
-/// scales (Q4_1's min, Q5_0's fifth bits, Q8_0's sum of weights; none for Q4_0), where the
-/// quants start in the block, and how many 4-byte chunks of quants a row has per block.
+/// scales (Q4_1's min, Q5_0's fifth bits; none for Q4_0 and Q8_0), where the quants start in
+/// the block, and how many 4-byte chunks of quants a row has per block.
 fn layout(ty: GgmlType) -> (usize, usize, usize) {
     match ty {
         GgmlType::Q4_1 => (2, 4, 4),
         GgmlType::Q5_0 => (4, 6, 4),
-        GgmlType::Q8_0 => (2, 2, 8),
+        GgmlType::Q8_0 => (0, 2, 8),
         _ => (0, 2, 4),
     }
 }
 
-/// Bytes per group and block: 16 f16 scales, the 16 rows' extra field, the 16 rows' chunks.
-/// For the 4-bit types this is exactly the original's size.
+/// Q8_0's signed weights are stored as w + 128 (the sign bit flipped): unsigned, they take
+/// `vpdpbusd`'s unsigned side against the activations as they are (broadcast from memory),
+/// and the kernel takes 128 · Σx off again, which it has per block (as Q4_0 takes 8 · Σx).
+const Q8_FLIP: u8 = 0x80;
+
+/// Bytes per group and block: 16 f16 scales, the 16 rows' extra field, the 16 rows' chunks:
+/// exactly the original's size.
 fn group_block_bytes(ty: GgmlType) -> usize {
     let (extra, _, chunks) = layout(ty);
     32 + G * extra + chunks * 64
@@ -158,18 +163,15 @@ impl PackedQ4 {
                 let blk = &row[b * size..(b + 1) * size];
                 let at = (g * nb + b) * gb;
                 data[at + 2 * lane..at + 2 * lane + 2].copy_from_slice(&blk[0..2]);
-                let field = &mut data[at + 32 + extra * lane..at + 32 + extra * (lane + 1)];
-                if w.ty == GgmlType::Q8_0 {
-                    // activations enter vpdpbusd as x + 128 against the signed weights; the
-                    // kernel takes 128 * sum(w) off again
-                    let sum = blk[2..34].iter().map(|v| *v as i8 as i16).sum::<i16>();
-                    field.copy_from_slice(&sum.to_le_bytes());
-                } else {
-                    field.copy_from_slice(&blk[2..2 + extra]);
-                }
+                data[at + 32 + extra * lane..at + 32 + extra * (lane + 1)]
+                    .copy_from_slice(&blk[2..2 + extra]);
+                let flip = if w.ty == GgmlType::Q8_0 { Q8_FLIP } else { 0 };
                 for c in 0..chunks {
                     let o = at + 32 + G * extra + c * 64 + 4 * lane;
-                    data[o..o + 4].copy_from_slice(&blk[qs_at + 4 * c..qs_at + 4 * c + 4]);
+                    let four = &blk[qs_at + 4 * c..qs_at + 4 * c + 4];
+                    for (d, q) in data[o..o + 4].iter_mut().zip(four) {
+                        *d = q ^ flip;
+                    }
                 }
             }
         }
@@ -196,14 +198,21 @@ impl PackedQ4 {
         for (b, out) in out[..self.cols].chunks_exact_mut(32).enumerate() {
             let at = (g * nb + b) * self.gb;
             blk[0..2].copy_from_slice(&data[at + 2 * lane..at + 2 * lane + 2]);
-            if self.ty != GgmlType::Q8_0 {
-                // (Q8_0's field is the kernel's sum of weights, not part of the block)
-                let field = at + 32 + extra * lane;
-                blk[2..2 + extra].copy_from_slice(&data[field..field + extra]);
-            }
+            let field = at + 32 + extra * lane;
+            blk[2..2 + extra].copy_from_slice(&data[field..field + extra]);
+            let flip = if self.ty == GgmlType::Q8_0 {
+                Q8_FLIP
+            } else {
+                0
+            };
             for c in 0..chunks {
                 let o = at + 32 + G * extra + c * 64 + 4 * lane;
-                blk[qs_at + 4 * c..qs_at + 4 * c + 4].copy_from_slice(&data[o..o + 4]);
+                for (q, d) in blk[qs_at + 4 * c..qs_at + 4 * c + 4]
+                    .iter_mut()
+                    .zip(&data[o..o + 4])
+                {
+                    *q = d ^ flip;
+                }
             }
             crate::quant::dequantize(self.ty, blk, out).expect("packed types dequantize");
         }

@@ -155,7 +155,9 @@ impl Kind for Q8 {
         let mut w = [_mm256_setzero_si256(); 8];
         let mut aw = [_mm256_setzero_si256(); 8];
         for c in 0..8 {
-            w[c] = _mm256_loadu_si256(base.add(64 + 64 * c + 32 * h) as *const _);
+            // stored as w + 128 (`repack`): the sign bit flipped back
+            let stored = _mm256_loadu_si256(base.add(32 + 64 * c + 32 * h) as *const _);
+            w[c] = _mm256_xor_si256(stored, _mm256_set1_epi8(i8::MIN));
             aw[c] = _mm256_abs_epi8(w[c]);
         }
         (w, aw)

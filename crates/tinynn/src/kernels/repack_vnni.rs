@@ -11,9 +11,9 @@ use super::stream::prefetch_ahead;
 use std::arch::x86_64::*;
 
 /// 16 lanes of Σ w·(128·hi + lo) over one 32-block of token block `tb`, plus `bias` (the
-/// weight offset times the block's sum, for Q4_0 and Q5_0): `w` holds the block's 8 vectors
-/// of 4 unsigned weight bytes per row (elements 4c..4c+4 in vector c, the low nibbles' four
-/// chunks, then the high ones'), against the signed activations of both planes. COARSE:
+/// weight offset times the block's sum, for Q4_0, Q5_0 and Q8_0): `w` holds the block's 8
+/// vectors of 4 unsigned weight bytes per row (elements 4c..4c+4 in vector c: for the 4-bit
+/// types the low nibbles' four chunks, then the high ones'), against the signed activations of both planes. COARSE:
 /// Σ w·hi alone (+ bias), half the work, for a draft model (`coarse_activations`).
 #[inline(always)]
 unsafe fn planes<const COARSE: bool>(
@@ -95,8 +95,9 @@ pub(super) unsafe fn group<const TN: usize, const Q41: bool, const COARSE: bool>
     }
 }
 
-/// One group of 16 Q8_0 rows against TN tokens: the activations enter as x + 128 against the
-/// signed weights, and 128 · 129 · Σw comes off the combined sum.
+/// One group of 16 Q8_0 rows against TN tokens: the weights are stored as w + 128
+/// (`repack`), unsigned against the activations as they are, and 128 · Σx comes off the sum,
+/// as Q4_0's 8 · Σx does: the same integers as Σw·x, with no per-token flip of the activations.
 #[target_feature(enable = "avx512f,avx512bw,avx512vnni,fma,f16c")]
 pub(super) unsafe fn group_q8<const TN: usize, const COARSE: bool>(
     p: &PackedQ4,
@@ -106,7 +107,6 @@ pub(super) unsafe fn group_q8<const TN: usize, const COARSE: bool>(
     res: &mut [[f32; G]; TT],
 ) {
     let nb = p.cols / 32;
-    let flip = _mm512_set1_epi32(0x8080_8080u32 as i32);
     let mut acc = [_mm512_setzero_ps(); TN];
     for b in 0..nb {
         let base = p.block(g, b);
@@ -114,36 +114,14 @@ pub(super) unsafe fn group_q8<const TN: usize, const COARSE: bool>(
             prefetch_ahead(base, p.gb);
         }
         let dw = _mm512_cvtph_ps(_mm256_loadu_si256(base as *const __m256i));
-        let sums = _mm512_cvtepi16_epi32(_mm256_loadu_si256(base.add(32) as *const __m256i));
-        // two planes: 128 Σ(h + 128)w + Σ(l + 128)w; the coarse one alone: Σ(h + 128)w
-        let off = if COARSE { -128 } else { -128 * 129 };
-        let bias = _mm512_mullo_epi32(sums, _mm512_set1_epi32(off));
         let mut w = [_mm512_setzero_si512(); 8];
-        for c in 0..8 {
-            w[c] = _mm512_loadu_si512(base.add(64 + 64 * c) as *const _);
+        for (c, w) in w.iter_mut().enumerate() {
+            *w = _mm512_loadu_si512(base.add(32 + 64 * c) as *const _);
         }
         for j in 0..TN {
             let tb = (t0 + j) * nb + b;
-            let xh = act.hi.qs.as_ptr().add(tb * 32) as *const i32;
-            let xl = act.lo.qs.as_ptr().add(tb * 32) as *const i32;
-            let isum = if COARSE {
-                let mut ih = bias;
-                for (c, w) in w.iter().enumerate() {
-                    let h = _mm512_set1_epi32(std::ptr::read_unaligned(xh.add(c)));
-                    ih = _mm512_dpbusd_epi32(ih, _mm512_xor_si512(h, flip), *w);
-                }
-                ih
-            } else {
-                let (mut ih, mut il) = (_mm512_setzero_si512(), bias);
-                for (c, w) in w.iter().enumerate() {
-                    let h = _mm512_set1_epi32(std::ptr::read_unaligned(xh.add(c)));
-                    let l = _mm512_set1_epi32(std::ptr::read_unaligned(xl.add(c)));
-                    ih = _mm512_dpbusd_epi32(ih, _mm512_xor_si512(h, flip), *w);
-                    il = _mm512_dpbusd_epi32(il, _mm512_xor_si512(l, flip), *w);
-                }
-                _mm512_add_epi32(_mm512_slli_epi32::<7>(ih), il)
-            };
-            let d = act.unit_sums::<COARSE>(tb).1;
+            let (sum, d, _) = act.unit_sums::<COARSE>(tb);
+            let isum = planes::<COARSE>(&w, act, tb, _mm512_set1_epi32(-128 * sum));
             let scale = _mm512_mul_ps(dw, _mm512_set1_ps(d));
             acc[j] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum), scale, acc[j]);
         }
