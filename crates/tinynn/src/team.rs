@@ -13,6 +13,7 @@
 
 use rayon::prelude::*;
 use std::cell::UnsafeCell;
+use std::ops::Range;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering::*};
 
 /// Chunks per thread: enough to even out threads that start late, few enough that claiming
@@ -126,6 +127,53 @@ impl Drop for Close {
         // SAFETY: closed and no worker inside: nobody reads the body any more.
         unsafe { *SLOT.body.get() = None };
         OWNED.store(false, Release);
+    }
+}
+
+/// Run `f(range)` on parts of 0..n (at least `min` each, about four parts a thread) in
+/// parallel (`par_for`); all of 0..n on the caller when that is one part.
+pub fn par_ranges(n: usize, min: usize, f: impl Fn(Range<usize>) + Sync) {
+    let per = n
+        .div_ceil(rayon::current_num_threads() * CHUNKS_PER_THREAD)
+        .max(min)
+        .max(1);
+    if n <= per {
+        return f(0..n);
+    }
+    par_for(n.div_ceil(per), |c| f(c * per..((c + 1) * per).min(n)));
+}
+
+/// Split `out` into chunks of whole rows of `row` elements (at least `min_rows` rows each,
+/// about four chunks a thread) and run `f(first_row, chunk)` on each in parallel
+/// (`par_for`): for row-wise work between the products (norms, RoPE, quantizing the
+/// activations), whose results do not depend on the split.
+pub fn par_rows<T: Send>(
+    out: &mut [T],
+    row: usize,
+    min_rows: usize,
+    f: impl Fn(usize, &mut [T]) + Sync,
+) {
+    let (rows, len) = (out.len() / row.max(1), out.len());
+    let ptr = SendPtr(out.as_mut_ptr());
+    par_ranges(rows, min_rows, |r| {
+        let end = if r.end == rows { len } else { r.end * row };
+        // SAFETY: this part alone covers rows r of `out` (the last one its tail too).
+        let chunk =
+            unsafe { std::slice::from_raw_parts_mut(ptr.at(r.start * row), end - r.start * row) };
+        f(r.start, chunk)
+    });
+}
+
+/// A pointer into a slice whose disjoint parts tasks write.
+struct SendPtr<T>(*mut T);
+// SAFETY: each task touches only its own part (see `par_rows`).
+unsafe impl<T: Send> Send for SendPtr<T> {}
+unsafe impl<T: Send> Sync for SendPtr<T> {}
+
+impl<T> SendPtr<T> {
+    /// Through a method, so closures capture the wrapper rather than its raw field.
+    fn at(&self, i: usize) -> *mut T {
+        self.0.wrapping_add(i)
     }
 }
 

@@ -61,86 +61,136 @@ impl SplitAct {
         self.sum.resize(nb, 0);
         self.sum_hi.resize(nb, 0);
         self.s.resize(nb, 0.0);
-        #[cfg(target_arch = "x86_64")]
-        if super::dot::simd_level() != super::dot::SimdLevel::Scalar {
-            // SAFETY: AVX2 was detected; the buffers were sized above.
-            unsafe { self.quantize_avx2(x) };
-            return;
-        }
-        self.quantize_ref(x)
-    }
-
-    /// Block b's scales and sums from its amax and the two planes' integer sums.
-    fn set_block(&mut self, b: usize, amax: f32, sum_hi: i32, sum_lo: i32) {
-        let unit = amax / (127.0 * 128.0);
-        let d = amax / 127.0;
-        self.hi.d[b] = d;
-        self.hi.s[b] = d * sum_hi as f32;
-        self.lo.d[b] = unit;
-        self.lo.s[b] = unit * sum_lo as f32;
-        self.sum[b] = 128 * sum_hi + sum_lo;
-        self.sum_hi[b] = sum_hi;
-        self.s[b] = unit * self.sum[b] as f32;
+        let out = Raw::of(self);
+        let simd = cfg!(target_arch = "x86_64")
+            && super::dot::simd_level() != super::dot::SimdLevel::Scalar;
+        // a prefill's blocks split among the threads (each block is its own), decode's on
+        // the caller
+        crate::team::par_ranges(nb, 512, |range| {
+            #[cfg(target_arch = "x86_64")]
+            if simd {
+                // SAFETY: AVX2 was detected; the buffers were sized above, and this task
+                // alone writes these blocks.
+                unsafe { quantize_avx2(&out, x, range) };
+                return;
+            }
+            // SAFETY: as above.
+            unsafe { quantize_ref(&out, x, range) };
+        });
     }
 
     /// The portable quantizer (the reference the SIMD one must equal); buffers must be sized.
     pub fn quantize_ref(&mut self, x: &[f32]) {
-        for (b, blk) in x.chunks_exact(32).enumerate() {
-            let (amax, planes) = split_block(blk);
-            let (mut sh, mut sl) = (0i32, 0i32);
-            for (j, (h, l)) in planes.enumerate() {
-                self.hi.qs[b * 32 + j] = h as i8;
-                self.lo.qs[b * 32 + j] = l as i8;
-                (sh, sl) = (sh + h as i32, sl + l as i32);
-            }
-            self.set_block(b, amax, sh, sl);
+        // SAFETY: the buffers hold x's blocks (sized by the caller), borrowed mutably here.
+        unsafe { quantize_ref(&Raw::of(self), x, 0..x.len() / 32) }
+    }
+}
+
+/// The planes' buffers as pointers, for tasks that each write their own blocks.
+struct Raw {
+    hq: *mut i8,
+    lq: *mut i8,
+    hd: *mut f32,
+    hs: *mut f32,
+    ld: *mut f32,
+    ls: *mut f32,
+    sum: *mut i32,
+    sum_hi: *mut i32,
+    s: *mut f32,
+}
+
+// SAFETY: each task writes only its own blocks (see `SplitAct::quantize`).
+unsafe impl Send for Raw {}
+unsafe impl Sync for Raw {}
+
+impl Raw {
+    fn of(a: &mut SplitAct) -> Self {
+        Self {
+            hq: a.hi.qs.as_mut_ptr(),
+            lq: a.lo.qs.as_mut_ptr(),
+            hd: a.hi.d.as_mut_ptr(),
+            hs: a.hi.s.as_mut_ptr(),
+            ld: a.lo.d.as_mut_ptr(),
+            ls: a.lo.s.as_mut_ptr(),
+            sum: a.sum.as_mut_ptr(),
+            sum_hi: a.sum_hi.as_mut_ptr(),
+            s: a.s.as_mut_ptr(),
         }
     }
 
-    #[cfg(target_arch = "x86_64")]
-    #[target_feature(enable = "avx2")]
-    unsafe fn quantize_avx2(&mut self, x: &[f32]) {
-        use std::arch::x86_64::*;
-        let nb = x.len() / 32;
-        assert!(self.hi.qs.len() >= nb * 32 && self.lo.qs.len() >= nb * 32);
-        let k128 = _mm256_set1_ps(128.0);
-        let abs = _mm256_castsi256_ps(_mm256_set1_epi32(0x7FFF_FFFF));
-        for b in 0..nb {
-            let p = x.as_ptr().add(b * 32);
-            let v: [__m256; 4] = std::array::from_fn(|i| _mm256_loadu_ps(p.add(8 * i)));
-            let m = v.iter().fold(_mm256_setzero_ps(), |m, v| {
-                _mm256_max_ps(m, _mm256_and_ps(*v, abs))
-            });
-            let mut lanes = [0f32; 8];
-            _mm256_storeu_ps(lanes.as_mut_ptr(), m);
-            let amax = lanes.iter().fold(0f32, |a, b| a.max(*b));
-            let id = _mm256_set1_ps(if amax != 0.0 { 127.0 / amax } else { 0.0 });
-            let (mut sh, mut sl) = (_mm256_setzero_si256(), _mm256_setzero_si256());
-            let (mut hq, mut lq) = ([0i32; 32], [0i32; 32]);
-            for i in 0..4 {
-                let y = _mm256_mul_ps(v[i], id);
-                // vcvtps2dq rounds to nearest even under the default MXCSR, as `rne`
-                let h = _mm256_cvtps_epi32(y);
-                let l = _mm256_cvtps_epi32(_mm256_mul_ps(
-                    _mm256_sub_ps(y, _mm256_cvtepi32_ps(h)),
-                    k128,
-                ));
-                sh = _mm256_add_epi32(sh, h);
-                sl = _mm256_add_epi32(sl, l);
-                _mm256_storeu_si256(hq.as_mut_ptr().add(8 * i) as *mut __m256i, h);
-                _mm256_storeu_si256(lq.as_mut_ptr().add(8 * i) as *mut __m256i, l);
-            }
-            for j in 0..32 {
-                self.hi.qs[b * 32 + j] = hq[j] as i8;
-                self.lo.qs[b * 32 + j] = lq[j] as i8;
-            }
-            let (mut a, mut c) = ([0i32; 8], [0i32; 8]);
-            _mm256_storeu_si256(a.as_mut_ptr() as *mut __m256i, sh);
-            _mm256_storeu_si256(c.as_mut_ptr() as *mut __m256i, sl);
-            self.set_block(b, amax, a.iter().sum(), c.iter().sum());
+    /// Block b's planes, scales and sums from its amax and the two planes' values.
+    ///
+    /// # Safety
+    /// Block b must be within the buffers and written by this caller alone.
+    unsafe fn set_block(&self, b: usize, amax: f32, hq: &[i32; 32], lq: &[i32; 32]) {
+        for j in 0..32 {
+            *self.hq.add(b * 32 + j) = hq[j] as i8;
+            *self.lq.add(b * 32 + j) = lq[j] as i8;
         }
+        let (sum_hi, sum_lo) = (hq.iter().sum::<i32>(), lq.iter().sum::<i32>());
+        let unit = amax / (127.0 * 128.0);
+        let d = amax / 127.0;
+        *self.hd.add(b) = d;
+        *self.hs.add(b) = d * sum_hi as f32;
+        *self.ld.add(b) = unit;
+        *self.ls.add(b) = unit * sum_lo as f32;
+        let sum = 128 * sum_hi + sum_lo;
+        *self.sum.add(b) = sum;
+        *self.sum_hi.add(b) = sum_hi;
+        *self.s.add(b) = unit * sum as f32;
     }
+}
 
+/// The portable quantizer of blocks `blocks` of x.
+///
+/// # Safety
+/// As `Raw::set_block` for each of the blocks.
+unsafe fn quantize_ref(out: &Raw, x: &[f32], blocks: std::ops::Range<usize>) {
+    for b in blocks {
+        let (amax, planes) = split_block(&x[b * 32..b * 32 + 32]);
+        let (mut hq, mut lq) = ([0i32; 32], [0i32; 32]);
+        for (j, (h, l)) in planes.enumerate() {
+            (hq[j], lq[j]) = (h as i32, l as i32);
+        }
+        out.set_block(b, amax, &hq, &lq);
+    }
+}
+
+/// The AVX2 quantizer of blocks `blocks` of x.
+///
+/// # Safety
+/// AVX2 must be there; as `Raw::set_block` for each of the blocks.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2")]
+unsafe fn quantize_avx2(out: &Raw, x: &[f32], blocks: std::ops::Range<usize>) {
+    use std::arch::x86_64::*;
+    let k128 = _mm256_set1_ps(128.0);
+    let abs = _mm256_castsi256_ps(_mm256_set1_epi32(0x7FFF_FFFF));
+    for b in blocks {
+        let p = x.as_ptr().add(b * 32);
+        let v: [__m256; 4] = std::array::from_fn(|i| _mm256_loadu_ps(p.add(8 * i)));
+        let m = v.iter().fold(_mm256_setzero_ps(), |m, v| {
+            _mm256_max_ps(m, _mm256_and_ps(*v, abs))
+        });
+        let mut lanes = [0f32; 8];
+        _mm256_storeu_ps(lanes.as_mut_ptr(), m);
+        let amax = lanes.iter().fold(0f32, |a, b| a.max(*b));
+        let id = _mm256_set1_ps(if amax != 0.0 { 127.0 / amax } else { 0.0 });
+        let (mut hq, mut lq) = ([0i32; 32], [0i32; 32]);
+        for i in 0..4 {
+            let y = _mm256_mul_ps(v[i], id);
+            // vcvtps2dq rounds to nearest even under the default MXCSR, as `rne`
+            let h = _mm256_cvtps_epi32(y);
+            let l =
+                _mm256_cvtps_epi32(_mm256_mul_ps(_mm256_sub_ps(y, _mm256_cvtepi32_ps(h)), k128));
+            _mm256_storeu_si256(hq.as_mut_ptr().add(8 * i) as *mut __m256i, h);
+            _mm256_storeu_si256(lq.as_mut_ptr().add(8 * i) as *mut __m256i, l);
+        }
+        out.set_block(b, amax, &hq, &lq);
+    }
+}
+
+impl SplitAct {
     /// Block `b`'s element `j` as the kernels see it: lo.d · (128·hi + lo).
     pub fn value(&self, b: usize, j: usize) -> f32 {
         self.lo.d[b] * (128 * self.hi.qs[b * 32 + j] as i32 + self.lo.qs[b * 32 + j] as i32) as f32

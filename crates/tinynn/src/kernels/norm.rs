@@ -7,8 +7,19 @@ fn rms_scale(x: &[f32], eps: f32) -> f32 {
     1.0 / ((ss / x.len() as f64) as f32 + eps).sqrt()
 }
 
-/// `out = x / sqrt(mean(x^2) + eps) * w` for each row of C in x (T, C).
+/// Rows a parallel task of the norms takes at least (a prefill's rows split among the
+/// threads; decode's one row stays on the caller).
+const MIN_ROWS: usize = 16;
+
+/// `out = x / sqrt(mean(x^2) + eps) * w` for each row of C in x (T, C), rows in parallel.
 pub fn rmsnorm(x: &[f32], w: &[f32], eps: f32, out: &mut [f32]) {
+    let (c, n) = (w.len(), x.len().min(out.len()));
+    crate::team::par_rows(&mut out[..n], c, MIN_ROWS, |r0, out| {
+        rmsnorm_rows(&x[r0 * c..r0 * c + out.len()], w, eps, out)
+    });
+}
+
+fn rmsnorm_rows(x: &[f32], w: &[f32], eps: f32, out: &mut [f32]) {
     let c = w.len();
     for (xr, or) in x.chunks_exact(c).zip(out.chunks_exact_mut(c)) {
         let scale = rms_scale(xr, eps);
@@ -29,8 +40,16 @@ pub fn rmsnorm_inplace(x: &mut [f32], w: &[f32], eps: f32) {
     }
 }
 
-/// `out = (x - mean) / sqrt(var + eps) * w + b` for each row of C in x (T, C).
+/// `out = (x - mean) / sqrt(var + eps) * w + b` for each row of C in x (T, C), rows in
+/// parallel.
 pub fn layernorm(x: &[f32], w: &[f32], b: &[f32], eps: f32, out: &mut [f32]) {
+    let (c, n) = (w.len(), x.len().min(out.len()));
+    crate::team::par_rows(&mut out[..n], c, MIN_ROWS, |r0, out| {
+        layernorm_rows(&x[r0 * c..r0 * c + out.len()], w, b, eps, out)
+    });
+}
+
+fn layernorm_rows(x: &[f32], w: &[f32], b: &[f32], eps: f32, out: &mut [f32]) {
     let c = w.len();
     for (xr, or) in x.chunks_exact(c).zip(out.chunks_exact_mut(c)) {
         let mean = xr.iter().map(|v| *v as f64).sum::<f64>() / c as f64;

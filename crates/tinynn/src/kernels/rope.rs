@@ -34,14 +34,25 @@ impl Rope {
         }
     }
 
-    /// Rotate every head of `x` (n_head, D) in place for position `pos`.
+    /// Rotate every head of `x` (n_head, D) in place for position `pos`: the angles once,
+    /// then each head.
     pub fn apply(&self, x: &mut [f32], head_dim: usize, pos: usize) {
         let half = self.n_rot / 2;
+        let mut theta = pos as f32;
+        let mut sc = [(0f32, 0f32); 256];
+        let mut big = Vec::new();
+        let sc: &mut [(f32, f32)] = if half <= sc.len() {
+            &mut sc[..half]
+        } else {
+            big.resize(half, (0f32, 0f32));
+            &mut big
+        };
+        for (sc, f) in sc.iter_mut().zip(&self.inv_freq) {
+            *sc = (theta * f).sin_cos();
+            theta *= self.theta_scale;
+        }
         for head in x.chunks_exact_mut(head_dim) {
-            let mut theta = pos as f32;
-            for (i, f) in self.inv_freq.iter().enumerate() {
-                let (sin, cos) = (theta * f).sin_cos();
-                theta *= self.theta_scale;
+            for (i, &(sin, cos)) in sc.iter().enumerate() {
                 let (a, b) = if self.neox {
                     (i, i + half)
                 } else {
@@ -52,6 +63,16 @@ impl Rope {
                 head[b] = x0 * sin + x1 * cos;
             }
         }
+    }
+
+    /// [`Self::apply`] to each row of `width` in `x` (T, width) at its position `pos[t]`,
+    /// rows in parallel.
+    pub fn apply_rows(&self, x: &mut [f32], width: usize, head_dim: usize, pos: &[usize]) {
+        crate::team::par_rows(&mut x[..pos.len() * width], width, 16, |r0, rows| {
+            for (r, row) in rows.chunks_exact_mut(width).enumerate() {
+                self.apply(row, head_dim, pos[r0 + r]);
+            }
+        });
     }
 }
 

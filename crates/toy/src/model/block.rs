@@ -334,14 +334,12 @@ impl Block {
 /// RoPE on q (T, H*D) and k (T, Hkv*D) at each span's positions.
 fn rope_spans(cfg: &Config, rope: &Rope, q: &mut [f32], k: &mut [f32], spans: &[Span]) {
     let (qd, kvd, d) = (cfg.q_dim(), cfg.kv_dim(), cfg.head_dim);
-    let mut r = 0;
-    for sp in spans {
-        for i in 0..sp.len {
-            rope.apply(&mut q[r * qd..(r + 1) * qd], d, sp.pos0 + i);
-            rope.apply(&mut k[r * kvd..(r + 1) * kvd], d, sp.pos0 + i);
-            r += 1;
-        }
-    }
+    let pos: Vec<usize> = spans
+        .iter()
+        .flat_map(|sp| sp.pos0..sp.pos0 + sp.len)
+        .collect();
+    rope.apply_rows(q, qd, d, &pos);
+    rope.apply_rows(k, kvd, d, &pos);
 }
 
 /// Causal attention of layer `l` for every span: q (T, H*D), k and v (T, Hkv*D) in, k and v
