@@ -118,16 +118,13 @@ impl Raw {
         }
     }
 
-    /// Block b's planes, scales and sums from its amax and the two planes' values.
+    /// Block b's scales and sums from its amax and the two planes' integer sums (its
+    /// planes are written by the caller).
     ///
     /// # Safety
     /// Block b must be within the buffers and written by this caller alone.
-    unsafe fn set_block(&self, b: usize, amax: f32, hq: &[i32; 32], lq: &[i32; 32]) {
-        for j in 0..32 {
-            *self.hq.add(b * 32 + j) = hq[j] as i8;
-            *self.lq.add(b * 32 + j) = lq[j] as i8;
-        }
-        let (sum_hi, sum_lo) = (hq.iter().sum::<i32>(), lq.iter().sum::<i32>());
+    #[inline(always)]
+    unsafe fn set_scales(&self, b: usize, amax: f32, sum_hi: i32, sum_lo: i32) {
         let unit = amax / (127.0 * 128.0);
         let d = amax / 127.0;
         *self.hd.add(b) = d;
@@ -148,11 +145,13 @@ impl Raw {
 unsafe fn quantize_ref(out: &Raw, x: &[f32], blocks: std::ops::Range<usize>) {
     for b in blocks {
         let (amax, planes) = split_block(&x[b * 32..b * 32 + 32]);
-        let (mut hq, mut lq) = ([0i32; 32], [0i32; 32]);
+        let (mut sh, mut sl) = (0i32, 0i32);
         for (j, (h, l)) in planes.enumerate() {
-            (hq[j], lq[j]) = (h as i32, l as i32);
+            *out.hq.add(b * 32 + j) = h as i8;
+            *out.lq.add(b * 32 + j) = l as i8;
+            (sh, sl) = (sh + h as i32, sl + l as i32);
         }
-        out.set_block(b, amax, &hq, &lq);
+        out.set_scales(b, amax, sh, sl);
     }
 }
 
@@ -176,18 +175,46 @@ unsafe fn quantize_avx2(out: &Raw, x: &[f32], blocks: std::ops::Range<usize>) {
         _mm256_storeu_ps(lanes.as_mut_ptr(), m);
         let amax = lanes.iter().fold(0f32, |a, b| a.max(*b));
         let id = _mm256_set1_ps(if amax != 0.0 { 127.0 / amax } else { 0.0 });
-        let (mut hq, mut lq) = ([0i32; 32], [0i32; 32]);
+        let (mut h, mut l) = ([_mm256_setzero_si256(); 4], [_mm256_setzero_si256(); 4]);
         for i in 0..4 {
             let y = _mm256_mul_ps(v[i], id);
             // vcvtps2dq rounds to nearest even under the default MXCSR, as `rne`
-            let h = _mm256_cvtps_epi32(y);
-            let l =
-                _mm256_cvtps_epi32(_mm256_mul_ps(_mm256_sub_ps(y, _mm256_cvtepi32_ps(h)), k128));
-            _mm256_storeu_si256(hq.as_mut_ptr().add(8 * i) as *mut __m256i, h);
-            _mm256_storeu_si256(lq.as_mut_ptr().add(8 * i) as *mut __m256i, l);
+            h[i] = _mm256_cvtps_epi32(y);
+            l[i] = _mm256_cvtps_epi32(_mm256_mul_ps(
+                _mm256_sub_ps(y, _mm256_cvtepi32_ps(h[i])),
+                k128,
+            ));
         }
-        out.set_block(b, amax, &hq, &lq);
+        _mm256_storeu_si256(out.hq.add(b * 32) as *mut __m256i, pack32(&h));
+        _mm256_storeu_si256(out.lq.add(b * 32) as *mut __m256i, pack32(&l));
+        out.set_scales(b, amax, hsum(&h), hsum(&l));
     }
+}
+
+/// Four vectors of 8 i32 (each within i8) as 32 bytes in order: the packs interleave the
+/// 128-bit lanes, the permute puts the 4-element runs back.
+#[cfg(target_arch = "x86_64")]
+#[inline]
+#[target_feature(enable = "avx2")]
+unsafe fn pack32(v: &[std::arch::x86_64::__m256i; 4]) -> std::arch::x86_64::__m256i {
+    use std::arch::x86_64::*;
+    let a = _mm256_packs_epi32(v[0], v[1]);
+    let b = _mm256_packs_epi32(v[2], v[3]);
+    let c = _mm256_packs_epi16(a, b);
+    _mm256_permutevar8x32_epi32(c, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7))
+}
+
+/// The sum of four vectors of 8 i32.
+#[cfg(target_arch = "x86_64")]
+#[inline]
+#[target_feature(enable = "avx2")]
+unsafe fn hsum(v: &[std::arch::x86_64::__m256i; 4]) -> i32 {
+    use std::arch::x86_64::*;
+    let s = _mm256_add_epi32(_mm256_add_epi32(v[0], v[1]), _mm256_add_epi32(v[2], v[3]));
+    let s = _mm_add_epi32(_mm256_castsi256_si128(s), _mm256_extracti128_si256::<1>(s));
+    let s = _mm_add_epi32(s, _mm_shuffle_epi32::<0b01_00_11_10>(s));
+    let s = _mm_add_epi32(s, _mm_shuffle_epi32::<0b10_11_00_01>(s));
+    _mm_cvtsi128_si32(s)
 }
 
 impl SplitAct {
