@@ -73,8 +73,19 @@ pub use rowdot::coarse_activations;
 /// An (n, k) matrix of `test_data` quantized row by row to `ty`, as bytes.
 #[cfg(test)]
 pub(crate) fn test_matrix(ty: crate::quant::GgmlType, n: usize, k: usize, seed: u64) -> Vec<u8> {
-    let wf = test_data(n * k, seed);
+    use crate::quant::GgmlType::{IQ4_NL, IQ4_XS};
     let rb = ty.row_bytes(k as u64).expect("whole blocks") as usize;
+    if matches!(ty, IQ4_NL | IQ4_XS) {
+        // no quantizer for these: random blocks, each starting with a small f16 scale
+        let (bytes, block) = (test_data(n * rb, seed), if ty == IQ4_NL { 18 } else { 136 });
+        let mut out: Vec<u8> = bytes.iter().map(|v| (v.to_bits() >> 7) as u8).collect();
+        for (i, blk) in out.chunks_exact_mut(block).enumerate() {
+            let d = half::f16::from_f32(0.0001 + 0.00005 * (i % 7) as f32);
+            blk[0..2].copy_from_slice(&d.to_le_bytes());
+        }
+        return out;
+    }
+    let wf = test_data(n * k, seed);
     let mut bytes = vec![0u8; rb * n];
     for (src, dst) in wf.chunks_exact(k).zip(bytes.chunks_exact_mut(rb)) {
         crate::quant::quantize(ty, src, dst).expect("quantizable type");

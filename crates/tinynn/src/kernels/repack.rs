@@ -36,11 +36,44 @@ fn layout(ty: GgmlType) -> (usize, usize, usize) {
 /// and the kernel takes 128 · Σx off again, which it has per block (as Q4_0 takes 8 · Σx).
 const Q8_FLIP: u8 = 0x80;
 
-/// Bytes per group and block: 16 f16 scales, the 16 rows' extra field, the 16 rows' chunks:
-/// exactly the original's size.
+/// IQ4_NL and IQ4_XS: 4-bit indices into ggml's non-linear table, each 32-block with its
+/// own scale (IQ4_XS: the super-block's d times the sub-block's 6-bit scale less 32).
+fn is_iq4(ty: GgmlType) -> bool {
+    matches!(ty, GgmlType::IQ4_NL | GgmlType::IQ4_XS)
+}
+
+/// Bytes of the 16 row scales at the start of a group's block: f16, or for the IQ4 types f32
+/// (a sub-block's scale d · (ls - 32) is exact in f32, not in f16).
+fn scale_bytes(ty: GgmlType) -> usize {
+    if is_iq4(ty) {
+        64
+    } else {
+        32
+    }
+}
+
+/// Bytes per group and block: 16 scales, the 16 rows' extra field, the 16 rows' chunks:
+/// exactly the original's size for Q4_0, Q4_1, Q5_0 and Q8_0.
 fn group_block_bytes(ty: GgmlType) -> usize {
     let (extra, _, chunks) = layout(ty);
-    32 + G * extra + chunks * 64
+    scale_bytes(ty) + G * extra + chunks * 64
+}
+
+/// Row `row`'s 32-block `b` of an IQ4 type: its scale and its 16 nibble bytes (low nibbles
+/// elements 0..16, high ones 16..32, as Q4_0's).
+fn iq4_block(ty: GgmlType, row: &[u8], b: usize) -> (f32, &[u8]) {
+    let f16 = |x: &[u8]| half::f16::from_le_bytes([x[0], x[1]]).to_f32();
+    if ty == GgmlType::IQ4_NL {
+        let blk = &row[b * 18..(b + 1) * 18];
+        return (f16(blk), &blk[2..18]);
+    }
+    let (sb, ib) = (&row[(b / 8) * 136..(b / 8 + 1) * 136], b % 8);
+    let lo = ((sb[4 + ib / 2] >> (4 * (ib % 2))) & 0x0f) as i32;
+    let hi = ((u16::from_le_bytes([sb[2], sb[3]]) as i32 >> (2 * ib)) & 3) << 4;
+    (
+        f16(sb) * ((lo | hi) - 32) as f32,
+        &sb[8 + 16 * ib..8 + 16 * ib + 16],
+    )
 }
 
 /// Tokens per tile in prefill.
@@ -141,8 +174,9 @@ impl PackedQ4 {
         let ok = matches!(
             ty,
             GgmlType::Q4_0 | GgmlType::Q4_1 | GgmlType::Q5_0 | GgmlType::Q8_0
-        );
-        if !ok || !cols.is_multiple_of(32) || !has_packed_kernel(ty) {
+        ) || (is_iq4(ty) && super::qgemm::has_vnni());
+        let block = if ty == GgmlType::IQ4_XS { 256 } else { 32 };
+        if !ok || !cols.is_multiple_of(block) || !has_packed_kernel(ty) {
             return None;
         }
         Some(rows.div_ceil(G) * (cols / 32) * group_block_bytes(ty))
@@ -159,6 +193,15 @@ impl PackedQ4 {
         for r in 0..w.rows {
             let (g, lane) = (r / G, r % G);
             let row = w.row(r);
+            if is_iq4(w.ty) {
+                for b in 0..nb {
+                    let (scale, qs) = iq4_block(w.ty, row, b);
+                    let at = (g * nb + b) * gb;
+                    data[at + 4 * lane..at + 4 * lane + 4].copy_from_slice(&scale.to_le_bytes());
+                    super::group_tiles::interleave4(data, at + 64, lane, qs);
+                }
+                continue;
+            }
             for b in 0..nb {
                 let blk = &row[b * size..(b + 1) * size];
                 let at = (g * nb + b) * gb;
@@ -193,6 +236,22 @@ impl PackedQ4 {
         let (g, lane, nb) = (r / G, r % G, self.cols / 32);
         let (extra, qs_at, chunks) = layout(self.ty);
         let data = self.data.as_slice();
+        if is_iq4(self.ty) {
+            use crate::quant::iq4::KVALUES_IQ4NL as KV;
+            for (b, out) in out[..self.cols].chunks_exact_mut(32).enumerate() {
+                let at = (g * nb + b) * self.gb;
+                let s = &data[at + 4 * lane..at + 4 * lane + 4];
+                let scale = f32::from_le_bytes([s[0], s[1], s[2], s[3]]);
+                for c in 0..4 {
+                    let o = at + 64 + c * 64 + 4 * lane;
+                    for (i, q) in data[o..o + 4].iter().enumerate() {
+                        out[4 * c + i] = scale * KV[(q & 0x0f) as usize] as f32;
+                        out[16 + 4 * c + i] = scale * KV[(q >> 4) as usize] as f32;
+                    }
+                }
+            }
+            return;
+        }
         let mut blk = [0u8; 34];
         let blk = &mut blk[..self.ty.type_size()];
         for (b, out) in out[..self.cols].chunks_exact_mut(32).enumerate() {
@@ -252,7 +311,7 @@ impl PackedQ4 {
                 use super::group_tiles::by_tile_width;
                 use super::repack_avx2::group as avx2_group;
                 use super::repack_avx2::{group_q5 as avx2_group_q5, group_q8 as avx2_group_q8};
-                use super::repack_vnni::{group, group_q5, group_q8};
+                use super::repack_vnni::{group, group_iq4, group_q5, group_q8};
                 match (vnni, self.ty) {
                     (true, GgmlType::Q5_0) => {
                         by_tile_width!(tn, group_q5, COARSE; self, g, act, t0, res)
@@ -262,6 +321,9 @@ impl PackedQ4 {
                     }
                     (true, GgmlType::Q4_1) => {
                         by_tile_width!(tn, group, true, COARSE; self, g, act, t0, res)
+                    }
+                    (true, GgmlType::IQ4_NL | GgmlType::IQ4_XS) => {
+                        by_tile_width!(tn, group_iq4, COARSE; self, g, act, t0, res)
                     }
                     (true, _) => by_tile_width!(tn, group, false, COARSE; self, g, act, t0, res),
                     (false, GgmlType::Q5_0) => {
@@ -323,8 +385,11 @@ mod tests {
             (GgmlType::Q8_0, 3, 64, 1),
             (GgmlType::Q5_0, 37, 576, 5),
             (GgmlType::Q5_0, 16, 1536, 1),
+            (GgmlType::IQ4_NL, 37, 576, 5),
+            (GgmlType::IQ4_XS, 37, 512, 5),
+            (GgmlType::IQ4_XS, 16, 1536, 1),
         ] {
-            if !has_packed_kernel(ty) {
+            if PackedQ4::bytes_for(ty, n, k).is_none() {
                 continue;
             }
             let bytes = super::super::test_matrix(ty, n, k, 3);

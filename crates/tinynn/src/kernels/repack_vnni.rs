@@ -131,6 +131,59 @@ pub(super) unsafe fn group_q8<const TN: usize, const COARSE: bool>(
     }
 }
 
+/// ggml's 16 IQ4 levels plus 128, as unsigned bytes: `vpshufb` maps a nibble to its level
+/// (in each 128-bit lane), and 128 · Σx comes off the sum, as for Q8_0.
+const IQ4_LEVELS_U8: [u8; 16] = {
+    let kv = crate::quant::iq4::KVALUES_IQ4NL;
+    let mut t = [0u8; 16];
+    let mut i = 0;
+    while i < 16 {
+        t[i] = (kv[i] as i16 + 128) as u8;
+        i += 1;
+    }
+    t
+};
+
+/// One group of 16 IQ4_NL or IQ4_XS rows against TN tokens: the nibbles of Q4_0's layout
+/// looked up in the level table, each 32-block scaled by its f32 scale (`repack`). Both
+/// activation planes, as for the legacy types: finer than ggml's Q8_K rounding of them.
+#[target_feature(enable = "avx512f,avx512bw,avx512vnni,fma")]
+pub(super) unsafe fn group_iq4<const TN: usize, const COARSE: bool>(
+    p: &PackedQ4,
+    g: usize,
+    act: &SplitAct,
+    t0: usize,
+    res: &mut [[f32; G]; TT],
+) {
+    let nb = p.cols / 32;
+    let low = _mm512_set1_epi8(0x0F);
+    let table = _mm512_broadcast_i32x4(_mm_loadu_si128(IQ4_LEVELS_U8.as_ptr() as *const _));
+    let mut acc = [_mm512_setzero_ps(); TN];
+    for b in 0..nb {
+        let base = p.block(g, b);
+        if TN == 1 || t0 == 0 {
+            prefetch_ahead(base, p.gb);
+        }
+        let dw = _mm512_loadu_ps(base as *const f32);
+        let mut w = [_mm512_setzero_si512(); 8];
+        for c in 0..4 {
+            let v = _mm512_loadu_si512(base.add(64 + 64 * c) as *const _);
+            w[c] = _mm512_shuffle_epi8(table, _mm512_and_si512(v, low));
+            w[4 + c] = _mm512_shuffle_epi8(table, _mm512_and_si512(_mm512_srli_epi16(v, 4), low));
+        }
+        for j in 0..TN {
+            let tb = (t0 + j) * nb + b;
+            let (sum, d, _) = act.unit_sums::<COARSE>(tb);
+            let isum = planes::<COARSE>(&w, act, tb, _mm512_set1_epi32(-128 * sum));
+            let scale = _mm512_mul_ps(dw, _mm512_set1_ps(d));
+            acc[j] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum), scale, acc[j]);
+        }
+    }
+    for j in 0..TN {
+        _mm512_storeu_ps(res[j].as_mut_ptr(), acc[j]);
+    }
+}
+
 /// Bits `shift..shift + 4` of each lane's fifth-bit mask, moved to bit 4 of the lane's 4
 /// bytes (x * 0x00204081 places bit i at bit 8i; no partial products overlap).
 #[inline]
