@@ -85,6 +85,14 @@ fn kernels_used(model: &toy::model::Model) -> serde_json::Value {
     })
 }
 
+/// Add the parallel loops run since the reading `s0` of `team::sync_points` to `l`.
+fn add_loops_since(l: &mut [usize; 3], s0: (usize, usize, usize)) {
+    let s1 = tinynn::team::sync_points();
+    for (l, d) in l.iter_mut().zip([s1.0 - s0.0, s1.1 - s0.1, s1.2 - s0.2]) {
+        *l += d;
+    }
+}
+
 /// Peak resident set size in MiB (VmHWM), where the OS reports it.
 pub fn peak_rss_mib() -> Option<f64> {
     let s = std::fs::read_to_string("/proc/self/status").ok()?;
@@ -131,16 +139,18 @@ pub fn run(a: Args) -> Result<()> {
         logits.map(toy::infer::sampler::argmax)
     };
     let (mut pp, mut tg) = (Vec::new(), Vec::new());
-    // parallel loops per decoded token: through the polling workers, and on rayon
-    let mut sync = (0usize, 0usize, 0usize);
+    // parallel loops (the synchronisation points) of the prefill runs and the decode runs
+    let (mut pp_loops, mut tg_loops) = ([0usize; 3], [0usize; 3]);
     // One warm-up run of each (page in the weights), as llama-bench does.
     for rep in 0..=a.reps {
         if a.n_prompt > 0 {
             fill(&mut state)?;
+            let s0 = tinynn::team::sync_points();
             let t = Instant::now();
             forward(&mut state, &prompt)?;
             if rep > 0 {
                 pp.push(a.n_prompt as f64 / t.elapsed().as_secs_f64());
+                add_loops_since(&mut pp_loops, s0);
             }
         }
         if a.n_gen > 0 {
@@ -154,21 +164,22 @@ pub fn run(a: Args) -> Result<()> {
             }
             if rep > 0 {
                 tg.push(a.n_gen as f64 / t.elapsed().as_secs_f64());
-                let s1 = tinynn::team::sync_points();
-                sync = (
-                    sync.0 + s1.0 - s0.0,
-                    sync.1 + s1.1 - s0.1,
-                    sync.2 + s1.2 - s0.2,
-                );
+                add_loops_since(&mut tg_loops, s0);
             }
         }
     }
     let ((ppm, pps), (tgm, tgs)) = (stats(&pp), stats(&tg));
     let kernels = kernels_used(&model);
     let rss = peak_rss_mib();
-    let per_token = |n: usize| n as f64 / (a.reps * a.n_gen).max(1) as f64;
-    let sync = serde_json::json!({
-        "team": per_token(sync.0), "rayon": per_token(sync.1), "serial": per_token(sync.2),
+    let per = |l: [usize; 3], n: usize| {
+        let n = n.max(1) as f64;
+        serde_json::json!({
+            "team": l[0] as f64 / n, "rayon": l[1] as f64 / n, "serial": l[2] as f64 / n,
+        })
+    };
+    let loops = serde_json::json!({
+        "prefill_per_run": per(pp_loops, a.reps),
+        "decode_per_token": per(tg_loops, a.reps * a.n_gen),
     });
     if a.json {
         println!(
@@ -180,7 +191,7 @@ pub fn run(a: Args) -> Result<()> {
                 "prefill_tok_s": {"mean": ppm, "sd": pps},
                 "decode_tok_s": {"mean": tgm, "sd": tgs},
                 "peak_rss_mib": rss,
-                "decode_parallel_loops_per_token": sync,
+                "parallel_loops": loops,
                 "kernels": kernels,
             })
         );
@@ -196,15 +207,19 @@ pub fn run(a: Args) -> Result<()> {
         } else {
             String::new()
         };
+        let show = |what: &str, l: &serde_json::Value| {
+            println!(
+                "  parallel loops {what}: {} through the polling workers, {} on rayon, {} on one thread",
+                l["team"], l["rayon"], l["serial"]
+            )
+        };
         if a.n_prompt > 0 {
             println!("pp{:<5}{at} {:>9.1} ± {:.1} tok/s", a.n_prompt, ppm, pps);
+            show("per run", &loops["prefill_per_run"]);
         }
         if a.n_gen > 0 {
             println!("tg{:<5}{at} {:>9.1} ± {:.1} tok/s", a.n_gen, tgm, tgs);
-            println!(
-                "  parallel loops per token: {} through the polling workers, {} on rayon, {} on one thread",
-                sync["team"], sync["rayon"], sync["serial"]
-            );
+            show("per token", &loops["decode_per_token"]);
         }
         println!("peak RSS {:.1} MiB", rss.unwrap_or(f64::NAN));
         if let Some(m) = kernels["matrices"].as_object() {

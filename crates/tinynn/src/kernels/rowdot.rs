@@ -353,9 +353,11 @@ fn packed_f16_many(ws: &[QMat], x: &[f32], t: usize, ys: &mut [&mut [f32]]) {
 }
 
 /// Products on repacked Q4_K and Q6_K weights: X quantized to Q8_K once; tiles of two groups over
-/// all tokens (one group per task in decode, where nothing stays in cache between tokens).
+/// all tokens (one group a task in decode).
 fn packed_k_many(ws: &[QMat], x: &[f32], t: usize, ys: &mut [&mut [f32]]) {
-    let per_task = 2;
+    // decode: one group a task, so that many threads each get a share of a small matrix
+    // (`team` hands them out in chunks)
+    let per_task = if t == 1 { 1 } else { 2 };
     with_acts(x, Forms::Q8K, |acts| {
         let outs: Vec<OutPtr> = ys.iter_mut().map(|y| OutPtr(y.as_mut_ptr())).collect();
         par_tiles(ws, t, per_task, t.max(1), |i, g, tokens| {
@@ -407,11 +409,12 @@ pub(super) fn k_tiles(w: &QMat) -> bool {
 }
 
 /// Products on repacked 8-bit-kernel weights: X quantized once into two 8-bit planes
-/// (`act_split`); tiles of two groups over all tokens.
+/// (`act_split`); tiles of two groups over all tokens (one group a task in decode).
 fn packed_int8_many(ws: &[QMat], x: &[f32], t: usize, ys: &mut [&mut [f32]]) {
     with_acts(x, Forms::SPLIT, |acts| {
         let outs: Vec<OutPtr> = ys.iter_mut().map(|y| OutPtr(y.as_mut_ptr())).collect();
-        par_tiles(ws, t, 2, t.max(1), |i, g, _| {
+        let per_task = if t == 1 { 1 } else { 2 };
+        par_tiles(ws, t, per_task, t.max(1), |i, g, _| {
             let Some(Packed::Int8(p)) = ws[i].packed else {
                 return;
             };
