@@ -77,7 +77,9 @@ EOF
         else
             extra+=(-p "$p" -n "$n")
         fi
-        "$bin" -m "$m" -r "$REPS" -t "$THREADS" "${extra[@]}" -o json >"$out" 2>/dev/null
+        # an engine that fails on a file (ik aborts on some) gives nan, not the end of the run
+        "$bin" -m "$m" -r "$REPS" -t "$THREADS" "${extra[@]}" -o json >"$out" 2>/dev/null ||
+            { echo nan; return; }
         python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))[0]["avg_ts"])' "$out"
         ;;
     esac
@@ -109,7 +111,7 @@ for m in "${models[@]}"; do
                 got[$e]="${got[$e]:-}${got[$e]:+, }$(printf '%.1f' "$v")"
                 log "$(basename "$m") $name $e: $v"
             done
-            ratios_ik="$ratios_ik${ratios_ik:+, }$(python3 -c "print(f'{${this[toy]}/${this[ik]}:.2f}')")"
+            ratios_ik="$ratios_ik${ratios_ik:+, }$(python3 -c "print(f'{${this[toy]}/${this[ik]}:.2f}')" 2>/dev/null || echo nan)"
             [ -n "$main" ] && ratios_main="$ratios_main${ratios_main:+, }$(python3 -c "print(f'{${this[toy]}/${this[main]}:.2f}')")"
             unset this
         done

@@ -20,14 +20,27 @@ use crate::quant::GgmlType;
 /// Rows per group (the lanes of a 512-bit vector of i32).
 const G: usize = 16;
 /// What a type's block holds for the kernel: the bytes per row of the field after the 16
-/// scales (Q4_1's min, Q5_0's fifth bits; none for Q4_0 and Q8_0), where the quants start in
-/// the block, and how many 4-byte chunks of quants a row has per block.
+/// scales (Q4_1's min, Q5_0's fifth bits, Q5_1's min and fifth bits; none for Q4_0 and Q8_0),
+/// where the quants start in the block, and how many 4-byte chunks of quants a row has per
+/// block.
 fn layout(ty: GgmlType) -> (usize, usize, usize) {
     match ty {
         GgmlType::Q4_1 => (2, 4, 4),
         GgmlType::Q5_0 => (4, 6, 4),
+        GgmlType::Q5_1 => (6, 8, 4),
         GgmlType::Q8_0 => (0, 2, 8),
         _ => (0, 2, 4),
+    }
+}
+
+/// Where byte `i` of row `lane`'s field goes in a group's block: after the 16 scales, each
+/// row's field together, except Q5_1's, whose two parts (the min, the fifth bits) each have
+/// a region of 16 rows, so that each loads as one vector.
+fn field_at(ty: GgmlType, lane: usize, i: usize) -> usize {
+    match ty {
+        GgmlType::Q5_1 if i < 2 => 32 + 2 * lane + i,
+        GgmlType::Q5_1 => 64 + 4 * lane + i - 2,
+        _ => 32 + layout(ty).0 * lane + i,
     }
 }
 
@@ -174,7 +187,7 @@ impl PackedQ4 {
         let ok = matches!(
             ty,
             GgmlType::Q4_0 | GgmlType::Q4_1 | GgmlType::Q5_0 | GgmlType::Q8_0
-        ) || (is_iq4(ty) && super::qgemm::has_vnni());
+        ) || (matches!(ty, GgmlType::Q5_1) || is_iq4(ty)) && super::qgemm::has_vnni();
         let block = if ty == GgmlType::IQ4_XS { 256 } else { 32 };
         if !ok || !cols.is_multiple_of(block) || !has_packed_kernel(ty) {
             return None;
@@ -206,8 +219,9 @@ impl PackedQ4 {
                 let blk = &row[b * size..(b + 1) * size];
                 let at = (g * nb + b) * gb;
                 data[at + 2 * lane..at + 2 * lane + 2].copy_from_slice(&blk[0..2]);
-                data[at + 32 + extra * lane..at + 32 + extra * (lane + 1)]
-                    .copy_from_slice(&blk[2..2 + extra]);
+                for (i, v) in blk[2..2 + extra].iter().enumerate() {
+                    data[at + field_at(w.ty, lane, i)] = *v;
+                }
                 let flip = if w.ty == GgmlType::Q8_0 { Q8_FLIP } else { 0 };
                 for c in 0..chunks {
                     let o = at + 32 + G * extra + c * 64 + 4 * lane;
@@ -257,8 +271,9 @@ impl PackedQ4 {
         for (b, out) in out[..self.cols].chunks_exact_mut(32).enumerate() {
             let at = (g * nb + b) * self.gb;
             blk[0..2].copy_from_slice(&data[at + 2 * lane..at + 2 * lane + 2]);
-            let field = at + 32 + extra * lane;
-            blk[2..2 + extra].copy_from_slice(&data[field..field + extra]);
+            for (i, v) in blk[2..2 + extra].iter_mut().enumerate() {
+                *v = data[at + field_at(self.ty, lane, i)];
+            }
             let flip = if self.ty == GgmlType::Q8_0 {
                 Q8_FLIP
             } else {
@@ -314,7 +329,10 @@ impl PackedQ4 {
                 use super::repack_vnni::{group, group_iq4, group_q5, group_q8};
                 match (vnni, self.ty) {
                     (true, GgmlType::Q5_0) => {
-                        by_tile_width!(tn, group_q5, COARSE; self, g, act, t0, res)
+                        by_tile_width!(tn, group_q5, false, COARSE; self, g, act, t0, res)
+                    }
+                    (true, GgmlType::Q5_1) => {
+                        by_tile_width!(tn, group_q5, true, COARSE; self, g, act, t0, res)
                     }
                     (true, GgmlType::Q8_0) => {
                         by_tile_width!(tn, group_q8, COARSE; self, g, act, t0, res)
@@ -385,6 +403,8 @@ mod tests {
             (GgmlType::Q8_0, 3, 64, 1),
             (GgmlType::Q5_0, 37, 576, 5),
             (GgmlType::Q5_0, 16, 1536, 1),
+            (GgmlType::Q5_1, 37, 576, 5),
+            (GgmlType::Q5_1, 16, 1536, 1),
             (GgmlType::IQ4_NL, 37, 576, 5),
             (GgmlType::IQ4_XS, 37, 512, 5),
             (GgmlType::IQ4_XS, 16, 1536, 1),

@@ -197,10 +197,11 @@ unsafe fn fifth(qh: __m512i, shift: i32) -> __m512i {
     _mm512_slli_epi32::<4>(_mm512_and_si512(spread, _mm512_set1_epi32(0x0101_0101)))
 }
 
-/// One group of 16 Q5_0 rows against TN tokens: nibbles plus fifth bits (spread from each
-/// lane's 32-bit mask into bit 4 of the bytes by a multiply), values 0..31 less 16.
+/// One group of 16 Q5_0 (`Q51` false) or Q5_1 rows against TN tokens: nibbles plus fifth
+/// bits (spread from each lane's 32-bit mask into bit 4 of the bytes by a multiply), values
+/// 0..31, less 16 for Q5_0, plus the min times the block's sum for Q5_1.
 #[target_feature(enable = "avx512f,avx512bw,avx512vnni,fma,f16c")]
-pub(super) unsafe fn group_q5<const TN: usize, const COARSE: bool>(
+pub(super) unsafe fn group_q5<const TN: usize, const Q51: bool, const COARSE: bool>(
     p: &PackedQ4,
     g: usize,
     act: &SplitAct,
@@ -208,18 +209,26 @@ pub(super) unsafe fn group_q5<const TN: usize, const COARSE: bool>(
     res: &mut [[f32; G]; TT],
 ) {
     let nb = p.cols / 32;
+    // Q5_1: the 16 mins (32 bytes) come before the fifth bits
+    let (qh_at, qs_at) = if Q51 { (64, 128) } else { (32, 96) };
     let low = _mm512_set1_epi8(0x0F);
     let mut acc = [_mm512_setzero_ps(); TN];
+    let mut macc = [_mm512_setzero_ps(); TN];
     for b in 0..nb {
         let base = p.block(g, b);
         if TN == 1 || t0 == 0 {
             prefetch_ahead(base, p.gb);
         }
         let dw = _mm512_cvtph_ps(_mm256_loadu_si256(base as *const __m256i));
-        let qh = _mm512_loadu_si512(base.add(32) as *const _);
+        let mw = if Q51 {
+            _mm512_cvtph_ps(_mm256_loadu_si256(base.add(32) as *const __m256i))
+        } else {
+            _mm512_setzero_ps()
+        };
+        let qh = _mm512_loadu_si512(base.add(qh_at) as *const _);
         let mut w = [_mm512_setzero_si512(); 8];
         for c in 0..4 {
-            let v = _mm512_loadu_si512(base.add(96 + 64 * c) as *const _);
+            let v = _mm512_loadu_si512(base.add(qs_at + 64 * c) as *const _);
             w[c] = _mm512_or_si512(_mm512_and_si512(v, low), fifth(qh, 4 * c as i32));
             w[4 + c] = _mm512_or_si512(
                 _mm512_and_si512(_mm512_srli_epi16(v, 4), low),
@@ -228,13 +237,22 @@ pub(super) unsafe fn group_q5<const TN: usize, const COARSE: bool>(
         }
         for j in 0..TN {
             let tb = (t0 + j) * nb + b;
-            let (sum, d, _) = act.unit_sums::<COARSE>(tb);
-            let isum = planes::<COARSE>(&w, act, tb, _mm512_set1_epi32(-16 * sum));
+            let (sum, d, xs) = act.unit_sums::<COARSE>(tb);
+            let bias = _mm512_set1_epi32(if Q51 { 0 } else { -16 * sum });
+            let isum = planes::<COARSE>(&w, act, tb, bias);
             let scale = _mm512_mul_ps(dw, _mm512_set1_ps(d));
             acc[j] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum), scale, acc[j]);
+            if Q51 {
+                macc[j] = _mm512_fmadd_ps(mw, _mm512_set1_ps(xs), macc[j]);
+            }
         }
     }
     for j in 0..TN {
-        _mm512_storeu_ps(res[j].as_mut_ptr(), acc[j]);
+        let r = if Q51 {
+            _mm512_add_ps(acc[j], macc[j])
+        } else {
+            acc[j]
+        };
+        _mm512_storeu_ps(res[j].as_mut_ptr(), r);
     }
 }
