@@ -11,7 +11,9 @@
 //! 20.85 tok/s; SmolLM2-135M Q4_1 280 -> 301. Polling costs where another process holds a
 //! core: there the decode loops' `pool::Adaptive` moves to one thread, where `busy` does
 //! nothing, and probes the pool without polling (SmolLM2 beside a busy loop: 200 tok/s,
-//! against 211 before polling and 186-195 with polling in those probes).
+//! against 211 before polling and 186-195 with polling in those probes). The pollers also
+//! take the step's `team` loops, which the step hands them through one shared slot instead of
+//! rayon's jobs.
 
 use std::cell::Cell;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
