@@ -40,6 +40,47 @@ unsafe fn planes<const COARSE: bool>(
     _mm512_add_epi32(_mm512_slli_epi32::<7>(ih), il)
 }
 
+/// The tokens' part of one block of 16 rows: for each token j of the tile, Σw·x over the
+/// planes (`planes`, plus `offset` times the block's integer sum: the weights' zero point),
+/// times the weight scales `dw` and the block's unit into acc[j]; with `mw` (Q4_1, Q5_1),
+/// the mins times the block's represented sum into macc[j].
+#[inline(always)]
+#[allow(clippy::too_many_arguments)]
+unsafe fn block_tokens<const TN: usize, const COARSE: bool>(
+    w: &[__m512i; 8],
+    dw: __m512,
+    mw: Option<__m512>,
+    offset: i32,
+    act: &SplitAct,
+    (t0, nb, b): (usize, usize, usize),
+    acc: &mut [__m512; TN],
+    macc: &mut [__m512; TN],
+) {
+    for j in 0..TN {
+        let tb = (t0 + j) * nb + b;
+        let (sum, d, xs) = act.unit_sums::<COARSE>(tb);
+        let isum = planes::<COARSE>(w, act, tb, _mm512_set1_epi32(offset * sum));
+        let scale = _mm512_mul_ps(dw, _mm512_set1_ps(d));
+        acc[j] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum), scale, acc[j]);
+        if let Some(mw) = mw {
+            macc[j] = _mm512_fmadd_ps(mw, _mm512_set1_ps(xs), macc[j]);
+        }
+    }
+}
+
+/// The tile's results (acc, plus macc where the type has mins) into `res`.
+#[inline(always)]
+unsafe fn store<const TN: usize>(
+    acc: &[__m512; TN],
+    macc: Option<&[__m512; TN]>,
+    res: &mut [[f32; G]; TT],
+) {
+    for j in 0..TN {
+        let r = macc.map_or(acc[j], |m| _mm512_add_ps(acc[j], m[j]));
+        _mm512_storeu_ps(res[j].as_mut_ptr(), r);
+    }
+}
+
 /// One group of 16 Q4_0 (`Q41` false) or Q4_1 rows against TN tokens.
 #[target_feature(enable = "avx512f,avx512bw,avx512vnni,fma,f16c")]
 pub(super) unsafe fn group<const TN: usize, const Q41: bool, const COARSE: bool>(
@@ -72,27 +113,21 @@ pub(super) unsafe fn group<const TN: usize, const Q41: bool, const COARSE: bool>
             w[c] = _mm512_and_si512(v, low);
             w[4 + c] = _mm512_and_si512(_mm512_srli_epi16(v, 4), low);
         }
-        for j in 0..TN {
-            let tb = (t0 + j) * nb + b;
-            let (sum, d, xs) = act.unit_sums::<COARSE>(tb);
-            // nibbles are 0..15; Q4_0 subtracts 8 * sum(x) for its offset, Q4_1 adds m * s
-            let bias = _mm512_set1_epi32(if Q41 { 0 } else { -8 * sum });
-            let isum = planes::<COARSE>(&w, act, tb, bias);
-            let scale = _mm512_mul_ps(dw, _mm512_set1_ps(d));
-            acc[j] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum), scale, acc[j]);
-            if Q41 {
-                macc[j] = _mm512_fmadd_ps(mw, _mm512_set1_ps(xs), macc[j]);
-            }
-        }
+        // nibbles are 0..15: Q4_0 takes 8 · Σx off for its offset, Q4_1 adds m · s
+        let mw = Q41.then_some(mw);
+        let at = (t0, nb, b);
+        block_tokens::<TN, COARSE>(
+            &w,
+            dw,
+            mw,
+            if Q41 { 0 } else { -8 },
+            act,
+            at,
+            &mut acc,
+            &mut macc,
+        );
     }
-    for j in 0..TN {
-        let r = if Q41 {
-            _mm512_add_ps(acc[j], macc[j])
-        } else {
-            acc[j]
-        };
-        _mm512_storeu_ps(res[j].as_mut_ptr(), r);
-    }
+    store(&acc, Q41.then_some(&macc), res);
 }
 
 /// One group of 16 Q8_0 rows against TN tokens: the weights are stored as w + 128
@@ -107,7 +142,8 @@ pub(super) unsafe fn group_q8<const TN: usize, const COARSE: bool>(
     res: &mut [[f32; G]; TT],
 ) {
     let nb = p.cols / 32;
-    let mut acc = [_mm512_setzero_ps(); TN];
+    // (no mins: the second accumulators stay unused)
+    let (mut acc, mut acc2) = ([_mm512_setzero_ps(); TN], [_mm512_setzero_ps(); TN]);
     for b in 0..nb {
         let base = p.block(g, b);
         if TN == 1 || t0 == 0 {
@@ -118,17 +154,9 @@ pub(super) unsafe fn group_q8<const TN: usize, const COARSE: bool>(
         for (c, w) in w.iter_mut().enumerate() {
             *w = _mm512_loadu_si512(base.add(32 + 64 * c) as *const _);
         }
-        for j in 0..TN {
-            let tb = (t0 + j) * nb + b;
-            let (sum, d, _) = act.unit_sums::<COARSE>(tb);
-            let isum = planes::<COARSE>(&w, act, tb, _mm512_set1_epi32(-128 * sum));
-            let scale = _mm512_mul_ps(dw, _mm512_set1_ps(d));
-            acc[j] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum), scale, acc[j]);
-        }
+        block_tokens::<TN, COARSE>(&w, dw, None, -128, act, (t0, nb, b), &mut acc, &mut acc2);
     }
-    for j in 0..TN {
-        _mm512_storeu_ps(res[j].as_mut_ptr(), acc[j]);
-    }
+    store(&acc, None, res);
 }
 
 /// ggml's 16 IQ4 levels plus 128, as unsigned bytes: `vpshufb` maps a nibble to its level
@@ -158,7 +186,7 @@ pub(super) unsafe fn group_iq4<const TN: usize, const COARSE: bool>(
     let nb = p.cols / 32;
     let low = _mm512_set1_epi8(0x0F);
     let table = _mm512_broadcast_i32x4(_mm_loadu_si128(IQ4_LEVELS_U8.as_ptr() as *const _));
-    let mut acc = [_mm512_setzero_ps(); TN];
+    let (mut acc, mut acc2) = ([_mm512_setzero_ps(); TN], [_mm512_setzero_ps(); TN]);
     for b in 0..nb {
         let base = p.block(g, b);
         if TN == 1 || t0 == 0 {
@@ -171,17 +199,9 @@ pub(super) unsafe fn group_iq4<const TN: usize, const COARSE: bool>(
             w[c] = _mm512_shuffle_epi8(table, _mm512_and_si512(v, low));
             w[4 + c] = _mm512_shuffle_epi8(table, _mm512_and_si512(_mm512_srli_epi16(v, 4), low));
         }
-        for j in 0..TN {
-            let tb = (t0 + j) * nb + b;
-            let (sum, d, _) = act.unit_sums::<COARSE>(tb);
-            let isum = planes::<COARSE>(&w, act, tb, _mm512_set1_epi32(-128 * sum));
-            let scale = _mm512_mul_ps(dw, _mm512_set1_ps(d));
-            acc[j] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum), scale, acc[j]);
-        }
+        block_tokens::<TN, COARSE>(&w, dw, None, -128, act, (t0, nb, b), &mut acc, &mut acc2);
     }
-    for j in 0..TN {
-        _mm512_storeu_ps(res[j].as_mut_ptr(), acc[j]);
-    }
+    store(&acc, None, res);
 }
 
 /// Bits `shift..shift + 4` of each lane's fifth-bit mask, moved to bit 4 of the lane's 4
@@ -235,24 +255,18 @@ pub(super) unsafe fn group_q5<const TN: usize, const Q51: bool, const COARSE: bo
                 fifth(qh, 16 + 4 * c as i32),
             );
         }
-        for j in 0..TN {
-            let tb = (t0 + j) * nb + b;
-            let (sum, d, xs) = act.unit_sums::<COARSE>(tb);
-            let bias = _mm512_set1_epi32(if Q51 { 0 } else { -16 * sum });
-            let isum = planes::<COARSE>(&w, act, tb, bias);
-            let scale = _mm512_mul_ps(dw, _mm512_set1_ps(d));
-            acc[j] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum), scale, acc[j]);
-            if Q51 {
-                macc[j] = _mm512_fmadd_ps(mw, _mm512_set1_ps(xs), macc[j]);
-            }
-        }
+        let mw = Q51.then_some(mw);
+        let at = (t0, nb, b);
+        block_tokens::<TN, COARSE>(
+            &w,
+            dw,
+            mw,
+            if Q51 { 0 } else { -16 },
+            act,
+            at,
+            &mut acc,
+            &mut macc,
+        );
     }
-    for j in 0..TN {
-        let r = if Q51 {
-            _mm512_add_ps(acc[j], macc[j])
-        } else {
-            acc[j]
-        };
-        _mm512_storeu_ps(res[j].as_mut_ptr(), r);
-    }
+    store(&acc, Q51.then_some(&macc), res);
 }
