@@ -94,7 +94,7 @@ engines=(toy ik)
 [ -n "$main" ] && engines+=(main)
 printf '| model | test | %s | toy/ik per round |%s\n' "$(IFS='|'; echo "${engines[*]}" | sed 's/|/ | /g')" \
     "$([ -n "$main" ] && echo ' toy/main per round |')"
-printf '|---|---|%s---|%s\n' "$(printf -- '---|%.0s' "${engines[@]}")" "$([ -n "$main" ] && echo -- '---|')"
+printf '|---|---|%s---|%s\n' "$(printf -- '---|%.0s' "${engines[@]}")" "$([ -n "$main" ] && printf '%s' '---|')"
 for m in "${models[@]}"; do
     for t in "${tests[@]}"; do
         read -r p n d <<<"$t"
