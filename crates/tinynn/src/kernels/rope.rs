@@ -65,12 +65,18 @@ impl Rope {
         }
     }
 
-    /// [`Self::apply`] to each row of `width` in `x` (T, width) at its position `pos[t]`,
+    /// [`Self::apply`] to each row t of `width` in `x` (T, width) at its position `pos(t)`,
     /// rows in parallel.
-    pub fn apply_rows(&self, x: &mut [f32], width: usize, head_dim: usize, pos: &[usize]) {
-        crate::team::par_rows(&mut x[..pos.len() * width], width, 16, |r0, rows| {
+    pub fn apply_rows(
+        &self,
+        x: &mut [f32],
+        width: usize,
+        head_dim: usize,
+        pos: impl Fn(usize) -> usize + Sync,
+    ) {
+        crate::team::par_rows(x, width, 16, |r0, rows| {
             for (r, row) in rows.chunks_exact_mut(width).enumerate() {
-                self.apply(row, head_dim, pos[r0 + r]);
+                self.apply(row, head_dim, pos(r0 + r));
             }
         });
     }

@@ -334,12 +334,20 @@ impl Block {
 /// RoPE on q (T, H*D) and k (T, Hkv*D) at each span's positions.
 fn rope_spans(cfg: &Config, rope: &Rope, q: &mut [f32], k: &mut [f32], spans: &[Span]) {
     let (qd, kvd, d) = (cfg.q_dim(), cfg.kv_dim(), cfg.head_dim);
+    let t: usize = spans.iter().map(|sp| sp.len).sum();
+    let (q, k) = (&mut q[..t * qd], &mut k[..t * kvd]);
+    if let [sp] = spans {
+        // one span (decode, a prompt): positions without a table
+        rope.apply_rows(q, qd, d, |r| sp.pos0 + r);
+        rope.apply_rows(k, kvd, d, |r| sp.pos0 + r);
+        return;
+    }
     let pos: Vec<usize> = spans
         .iter()
         .flat_map(|sp| sp.pos0..sp.pos0 + sp.len)
         .collect();
-    rope.apply_rows(q, qd, d, &pos);
-    rope.apply_rows(k, kvd, d, &pos);
+    rope.apply_rows(q, qd, d, |r| pos[r]);
+    rope.apply_rows(k, kvd, d, |r| pos[r]);
 }
 
 /// Causal attention of layer `l` for every span: q (T, H*D), k and v (T, Hkv*D) in, k and v

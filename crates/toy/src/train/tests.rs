@@ -270,22 +270,23 @@ fn training_is_bit_for_bit_deterministic() {
         let (p2, l2) = pool.install(|| run_steps(&c, 3));
         assert_eq!(l1, l2, "{arch:?}: losses differ between identical runs");
         assert!(p1 == p2, "{arch:?}: params differ between identical runs");
-        // and on one thread: the work splits depend on the shapes, never on the thread count
-        let one = rayon::ThreadPoolBuilder::new()
-            .num_threads(1)
-            .build()
-            .unwrap();
-        let (p3, l3) = one.install(|| run_steps(&c, 3));
-        assert_eq!(l1, l3, "{arch:?}: losses differ between 1 and 2 threads");
-        assert!(p1 == p3, "{arch:?}: params differ between 1 and 2 threads");
-        // and on 4, where the shards' layers split their work among the threads
-        let four = rayon::ThreadPoolBuilder::new()
-            .num_threads(4)
-            .build()
-            .unwrap();
-        let (p4, l4) = four.install(|| run_steps(&c, 3));
-        assert_eq!(l1, l4, "{arch:?}: losses differ between 2 and 4 threads");
-        assert!(p1 == p4, "{arch:?}: params differ between 2 and 4 threads");
+        // and on one thread and on four (where the shards' layers split their work among the
+        // threads): the work splits depend on the shapes, never on the thread count
+        for threads in [1, 4] {
+            let other = rayon::ThreadPoolBuilder::new()
+                .num_threads(threads)
+                .build()
+                .unwrap();
+            let (p3, l3) = other.install(|| run_steps(&c, 3));
+            assert_eq!(
+                l1, l3,
+                "{arch:?}: losses differ between 2 and {threads} threads"
+            );
+            assert!(
+                p1 == p3,
+                "{arch:?}: params differ between 2 and {threads} threads"
+            );
+        }
         // init is the seed's alone
         let a = TrainModel::init(c.clone(), 1, 5);
         let b = pool.install(|| TrainModel::init(c.clone(), 3, 5));
