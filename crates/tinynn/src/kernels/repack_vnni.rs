@@ -81,6 +81,21 @@ unsafe fn store<const TN: usize>(
     }
 }
 
+/// A block's 16 rows of 32 nibbles at `qs` (4 x 64 bytes, `repack`'s layout) as 8 vectors of
+/// 4 bytes per row: vector c holds elements 4c..4c+4 (low nibbles), vector 4 + c elements
+/// 16+4c..16+4c+4 (high nibbles).
+#[inline(always)]
+unsafe fn nibbles(qs: *const u8) -> [__m512i; 8] {
+    let low = _mm512_set1_epi8(0x0F);
+    let mut w = [_mm512_setzero_si512(); 8];
+    for c in 0..4 {
+        let v = _mm512_loadu_si512(qs.add(64 * c) as *const _);
+        w[c] = _mm512_and_si512(v, low);
+        w[4 + c] = _mm512_and_si512(_mm512_srli_epi16(v, 4), low);
+    }
+    w
+}
+
 /// One group of 16 Q4_0 (`Q41` false) or Q4_1 rows against TN tokens.
 #[target_feature(enable = "avx512f,avx512bw,avx512vnni,fma,f16c")]
 pub(super) unsafe fn group<const TN: usize, const Q41: bool, const COARSE: bool>(
@@ -92,7 +107,6 @@ pub(super) unsafe fn group<const TN: usize, const Q41: bool, const COARSE: bool>
 ) {
     let nb = p.cols / 32;
     let mins = if Q41 { 32 } else { 0 };
-    let low = _mm512_set1_epi8(0x0F);
     let mut acc = [_mm512_setzero_ps(); TN];
     let mut macc = [_mm512_setzero_ps(); TN];
     for b in 0..nb {
@@ -106,13 +120,7 @@ pub(super) unsafe fn group<const TN: usize, const Q41: bool, const COARSE: bool>
         } else {
             _mm512_setzero_ps()
         };
-        // w[c]: elements 4c..4c+4 (low nibbles), w[4 + c]: 16+4c..16+4c+4 (high nibbles)
-        let mut w = [_mm512_setzero_si512(); 8];
-        for c in 0..4 {
-            let v = _mm512_loadu_si512(base.add(32 + mins + 64 * c) as *const _);
-            w[c] = _mm512_and_si512(v, low);
-            w[4 + c] = _mm512_and_si512(_mm512_srli_epi16(v, 4), low);
-        }
+        let w = nibbles(base.add(32 + mins));
         // nibbles are 0..15: Q4_0 takes 8 · Σx off for its offset, Q4_1 adds m · s
         let mw = Q41.then_some(mw);
         let at = (t0, nb, b);
@@ -184,7 +192,6 @@ pub(super) unsafe fn group_iq4<const TN: usize, const COARSE: bool>(
     res: &mut [[f32; G]; TT],
 ) {
     let nb = p.cols / 32;
-    let low = _mm512_set1_epi8(0x0F);
     let table = _mm512_broadcast_i32x4(_mm_loadu_si128(IQ4_LEVELS_U8.as_ptr() as *const _));
     let (mut acc, mut acc2) = ([_mm512_setzero_ps(); TN], [_mm512_setzero_ps(); TN]);
     for b in 0..nb {
@@ -193,11 +200,9 @@ pub(super) unsafe fn group_iq4<const TN: usize, const COARSE: bool>(
             prefetch_ahead(base, p.gb);
         }
         let dw = _mm512_loadu_ps(base as *const f32);
-        let mut w = [_mm512_setzero_si512(); 8];
-        for c in 0..4 {
-            let v = _mm512_loadu_si512(base.add(64 + 64 * c) as *const _);
-            w[c] = _mm512_shuffle_epi8(table, _mm512_and_si512(v, low));
-            w[4 + c] = _mm512_shuffle_epi8(table, _mm512_and_si512(_mm512_srli_epi16(v, 4), low));
+        let mut w = nibbles(base.add(64));
+        for w in w.iter_mut() {
+            *w = _mm512_shuffle_epi8(table, *w);
         }
         block_tokens::<TN, COARSE>(&w, dw, None, -128, act, (t0, nb, b), &mut acc, &mut acc2);
     }
@@ -231,7 +236,6 @@ pub(super) unsafe fn group_q5<const TN: usize, const Q51: bool, const COARSE: bo
     let nb = p.cols / 32;
     // Q5_1: the 16 mins (32 bytes) come before the fifth bits
     let (qh_at, qs_at) = if Q51 { (64, 128) } else { (32, 96) };
-    let low = _mm512_set1_epi8(0x0F);
     let mut acc = [_mm512_setzero_ps(); TN];
     let mut macc = [_mm512_setzero_ps(); TN];
     for b in 0..nb {
@@ -246,14 +250,10 @@ pub(super) unsafe fn group_q5<const TN: usize, const Q51: bool, const COARSE: bo
             _mm512_setzero_ps()
         };
         let qh = _mm512_loadu_si512(base.add(qh_at) as *const _);
-        let mut w = [_mm512_setzero_si512(); 8];
-        for c in 0..4 {
-            let v = _mm512_loadu_si512(base.add(qs_at + 64 * c) as *const _);
-            w[c] = _mm512_or_si512(_mm512_and_si512(v, low), fifth(qh, 4 * c as i32));
-            w[4 + c] = _mm512_or_si512(
-                _mm512_and_si512(_mm512_srli_epi16(v, 4), low),
-                fifth(qh, 16 + 4 * c as i32),
-            );
+        // vector i holds elements 4i..4i+4: its fifth bits are bits 4i..4i+4 of the mask
+        let mut w = nibbles(base.add(qs_at));
+        for (i, w) in w.iter_mut().enumerate() {
+            *w = _mm512_or_si512(*w, fifth(qh, 4 * i as i32));
         }
         let mw = Q51.then_some(mw);
         let at = (t0, nb, b);
