@@ -58,23 +58,39 @@ pub fn run(a: Args) -> Result<()> {
         (None, Some(path)) => (None, FinetuneRecipe::load(path, &a.set)?),
         (None, None) => bail!("give a recipe, or --resume runs/<id>"),
     };
+    let world = crate::ranks::world();
+    let root = world.is_root();
+    crate::ranks::check_same(&recipe.to_toml())?;
+    world.check_batch(recipe.train.batch)?;
     // the base and the data are checked before a run folder is made for them
     let d = load(&recipe)?;
-    eprintln!(
-        "{} samples to train on ({} trainable tokens{}), {} held out",
-        d.train.samples.len(),
-        d.train.trainable_tokens,
-        match (d.train.skipped_long, d.train.truncated) {
-            (0, 0) => String::new(),
-            (s, t) => format!("; {s} too long skipped, {t} truncated"),
-        },
-        d.val.samples.len()
-    );
+    if root {
+        eprintln!(
+            "{} samples to train on ({} trainable tokens{}), {} held out",
+            d.train.samples.len(),
+            d.train.trainable_tokens,
+            match (d.train.skipped_long, d.train.truncated) {
+                (0, 0) => String::new(),
+                (s, t) => format!("; {s} too long skipped, {t} truncated"),
+            },
+            d.val.samples.len()
+        );
+    }
     drop(d);
     let resume = existing.is_some();
     let run = match existing {
         Some(run) => run,
-        None => RunDir::create_named(&a.runs_dir, &recipe.name, &recipe.to_toml())?,
+        None => {
+            let path = crate::ranks::root_makes(|| {
+                let toml = recipe.to_toml();
+                Ok(RunDir::create_named(&a.runs_dir, &recipe.name, &toml)?.path)
+            })?;
+            let id = path
+                .file_name()
+                .map(|n| n.to_string_lossy().into_owned())
+                .unwrap_or_default();
+            RunDir { id, path }
+        }
     };
     let method = match recipe.finetune.method {
         Method::Lora => format!(
@@ -85,15 +101,21 @@ pub fn run(a: Args) -> Result<()> {
         ),
         Method::Full => "full fine-tune".to_string(),
     };
-    eprintln!(
-        "run {} ({method} of {}, {} steps of {} x {} tokens){}",
-        run.path.display(),
-        recipe.base.model.display(),
-        recipe.train.steps,
-        recipe.train.batch * recipe.train.grad_accum,
-        recipe.train.ctx,
-        if resume { ", resuming" } else { "" }
-    );
+    if root {
+        eprintln!(
+            "run {} ({method} of {}, {} steps of {} x {} tokens{}){}",
+            run.path.display(),
+            recipe.base.model.display(),
+            recipe.train.steps,
+            recipe.train.batch * recipe.train.grad_accum,
+            recipe.train.ctx,
+            match world.size() {
+                1 => String::new(),
+                n => format!(" over {n} ranks"),
+            },
+            if resume { ", resuming" } else { "" }
+        );
+    }
     let mut bar = RunBar::new(recipe.train.steps);
     let mut observe = |e: &Event| {
         bar.observe(e, |step, val_loss, reply| {
@@ -105,10 +127,16 @@ pub fn run(a: Args) -> Result<()> {
         stop_after: a.stop_after,
         dump_batches: a.dump_batches.clone(),
         checkpoint_at_start: a.checkpoint_start,
+        ranks: world.clone(),
     };
+    let t0 = std::time::Instant::now();
     let outcome = finetune(&run, &recipe, resume, &hooks, &mut observe);
     bar.pb.finish_and_clear();
     let outcome = outcome?;
+    if !root {
+        return Ok(());
+    }
+    crate::ranks::report_sums(t0.elapsed().as_secs_f64());
     println!(
         "{} after {} steps: loss {:.4}{}",
         run.path.display(),

@@ -35,6 +35,15 @@ pub struct Args {
     /// Also checkpoint the initial weights (ckpt-000000), e.g. to start PyTorch from them.
     #[arg(long)]
     checkpoint_start: bool,
+    /// Tests of a rank's death: RANK:STEP aborts that rank at the start of that step.
+    #[arg(long, hide = true, value_name = "RANK:STEP", value_parser = rank_step)]
+    die_at: Option<(usize, usize)>,
+}
+
+fn rank_step(s: &str) -> std::result::Result<(usize, usize), String> {
+    let (r, t) = s.split_once(':').ok_or("expected RANK:STEP")?;
+    let n = |x: &str| x.parse::<usize>().map_err(|e| format!("{x:?}: {e}"));
+    Ok((n(r)?, n(t)?))
 }
 
 /// A recipe with a `[vit]` table trains the image classifier (`toy::vision`).
@@ -105,13 +114,19 @@ fn run_vit(a: &Args, path: &std::path::Path) -> Result<()> {
 }
 
 pub fn run(a: Args) -> Result<()> {
-    if let Some(path) = a.recipe.as_ref().filter(|p| is_vit(p)) {
-        return run_vit(&a, &path.clone());
-    }
-    if let Some(cfg) = a.resume.as_ref().map(|d| d.join("config.toml")) {
-        if is_vit(&cfg) {
-            return run_vit(&a, &cfg);
+    let world = crate::ranks::world();
+    let vit = match (&a.recipe, &a.resume) {
+        (Some(path), _) if is_vit(path) => Some(path.clone()),
+        (None, Some(dir)) if is_vit(&dir.join("config.toml")) => Some(dir.join("config.toml")),
+        _ => None,
+    };
+    if let Some(path) = vit {
+        if world.parallel() {
+            Err(toy::ranks::RanksError::NotParallel(
+                "the image classifier".into(),
+            ))?;
         }
+        return run_vit(&a, &path);
     }
     let (existing, recipe) = match (&a.resume, &a.recipe) {
         (Some(dir), _) => {
@@ -121,30 +136,46 @@ pub fn run(a: Args) -> Result<()> {
         (None, Some(path)) => (None, Recipe::load(path, &a.set)?),
         (None, None) => bail!("give a recipe, or --resume runs/<id>"),
     };
-    if !toy::train::data::is_prepared(&recipe.data.dir) {
+    crate::ranks::check_same(&recipe.to_toml())?;
+    world.check_batch(recipe.train.batch)?;
+    let root = world.is_root();
+    if root && !toy::train::data::is_prepared(&recipe.data.dir) {
         eprintln!(
             "preparing {} (tokenizer of {} tokens)...",
             recipe.data.dir.display(),
             recipe.model.vocab
         );
     }
-    // The data is checked (and prepared) before a run folder is made for it.
+    // The data is checked (and prepared, by rank 0 first) before a run folder is made for it.
+    if root {
+        ensure_data(&recipe)?;
+    }
+    world.barrier();
     ensure_data(&recipe)?;
     let resume = existing.is_some();
     let run = match existing {
         Some(run) => run,
-        None => RunDir::create(&a.runs_dir, &recipe)?,
+        None => {
+            let path = crate::ranks::root_makes(|| Ok(RunDir::create(&a.runs_dir, &recipe)?.path))?;
+            RunDir::open(&path)?.0
+        }
     };
-    eprintln!(
-        "run {} ({} {}, {} steps of {} x {} tokens){}",
-        run.path.display(),
-        recipe.name,
-        recipe.model.arch.name(),
-        recipe.train.steps,
-        recipe.train.batch * recipe.train.grad_accum,
-        recipe.model.ctx,
-        if resume { ", resuming" } else { "" }
-    );
+    if root {
+        eprintln!(
+            "run {} ({} {}, {} steps of {} x {} tokens{}){}",
+            run.path.display(),
+            recipe.name,
+            recipe.model.arch.name(),
+            recipe.train.steps,
+            recipe.train.batch * recipe.train.grad_accum,
+            recipe.model.ctx,
+            match world.size() {
+                1 => String::new(),
+                n => format!(" over {n} ranks"),
+            },
+            if resume { ", resuming" } else { "" }
+        );
+    }
     let mut bar = RunBar::new(recipe.train.steps);
     let mut observe = |e: &Event| {
         bar.observe(e, |step, val_loss, sample| {
@@ -155,11 +186,18 @@ pub fn run(a: Args) -> Result<()> {
         stop_after: a.stop_after,
         checkpoint_at_start: a.checkpoint_start,
         init_from: a.init_from.clone(),
+        ranks: world.clone(),
+        die_at: a.die_at,
         ..Hooks::default()
     };
+    let t0 = std::time::Instant::now();
     let outcome = train(&run, &recipe, resume, &hooks, &mut observe);
     bar.pb.finish_and_clear();
     let outcome = outcome?;
+    if !root {
+        return Ok(());
+    }
+    crate::ranks::report_sums(t0.elapsed().as_secs_f64());
     println!(
         "{} after {} steps: loss {:.4}{}",
         run.path.display(),

@@ -25,6 +25,7 @@ mod cmd_train;
 mod cmd_vision;
 mod common;
 mod progress;
+mod ranks;
 
 use clap::{Parser, Subcommand};
 use std::process::ExitCode;
@@ -108,8 +109,16 @@ fn main() -> ExitCode {
         libc::mallopt(libc::M_MMAP_THRESHOLD, 32 << 20);
         libc::mallopt(libc::M_TRIM_THRESHOLD, 1 << 30);
     }
+    // under mpirun: join the job; each rank takes its share of this machine's cores
+    let (_mpi, rank_threads) = match ranks::join() {
+        Ok(j) => j,
+        Err(e) => {
+            eprintln!("error: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
     let mut pool = rayon::ThreadPoolBuilder::new();
-    if let Some(t) = cli.threads {
+    if let Some(t) = cli.threads.or(rank_threads) {
         pool = pool.num_threads(t.max(1));
     }
     let pool = match pool.build() {
@@ -122,7 +131,11 @@ fn main() -> ExitCode {
     // The command runs on a worker of the pool, so each parallel kernel starts on this thread
     // and only wakes the others: no hand-off to the pool and back (two context switches) for
     // each of the ~150 kernels of a decode step.
-    report(pool.install(|| run(cli.cmd)))
+    let result = pool.install(|| run(cli.cmd));
+    match result {
+        Err(e) if ranks::world().parallel() => ranks::fail(e),
+        r => report(r),
+    }
 }
 
 fn report(result: anyhow::Result<()>) -> ExitCode {

@@ -12,7 +12,11 @@ pub struct RunBar {
 
 impl RunBar {
     pub fn new(steps: usize) -> Self {
-        let pb = ProgressBar::new(steps as u64);
+        // of several ranks, only rank 0 shows a bar
+        let pb = match crate::ranks::world().is_root() {
+            true => ProgressBar::new(steps as u64),
+            false => ProgressBar::hidden(),
+        };
         pb.set_style(
             ProgressStyle::with_template(
                 "{bar:30} {pos}/{len} steps  {msg}  elapsed {elapsed_precise}  eta {eta_precise}",

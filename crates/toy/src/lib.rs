@@ -11,6 +11,7 @@ pub mod images;
 pub mod infer;
 pub mod model;
 pub mod quantize;
+pub mod ranks;
 pub mod tokenizer;
 pub mod train;
 pub mod vision;

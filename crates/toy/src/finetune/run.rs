@@ -11,7 +11,7 @@ use super::sft_batch::SftBatcher;
 use super::task::FtTask;
 use crate::train::checkpoint;
 use crate::train::driver::{adamw, Events, Loop, Plan, Task};
-use crate::train::events::{now, Event, EventLog};
+use crate::train::events::{now, Event};
 use crate::train::run::RunDir;
 use crate::train::trainer::{Outcome, TrainRunError};
 use std::path::PathBuf;
@@ -27,6 +27,8 @@ pub struct Hooks {
     /// Also checkpoint the starting weights (ckpt-000000): the initial adapter, for a
     /// reference trainer to start from the same point.
     pub checkpoint_at_start: bool,
+    /// The data-parallel ranks this process is one of (one process by default).
+    pub ranks: crate::ranks::Ranks,
 }
 
 /// Trains `recipe` in `run` (from its newest checkpoint when `resume`); events go to
@@ -40,7 +42,11 @@ pub fn finetune(
     observe: &mut dyn FnMut(&Event),
 ) -> Result<Outcome, FinetuneError> {
     let _precision = crate::train::precision::Scope::enter(recipe.train.precision);
-    let dump = match &hooks.dump_batches {
+    let dump = match hooks
+        .dump_batches
+        .as_ref()
+        .filter(|_| hooks.ranks.is_root())
+    {
         None => None,
         Some(p) => Some(std::fs::File::create(p).map_err(|source| {
             run_err(TrainRunError::Io {
@@ -51,6 +57,7 @@ pub fn finetune(
     };
     let d = load(recipe)?;
     let (b, t) = (recipe.train.batch, recipe.train.ctx);
+    hooks.ranks.check_batch(b).map_err(run_err)?;
     let n = d.train.samples.len();
     let (model, opt, batcher, start) = if resume {
         let (step, path) = checkpoint::latest(&run.path).map_err(run_err)?;
@@ -70,15 +77,12 @@ pub fn finetune(
         true => batcher,
         false => batcher.in_file_order(),
     };
-    let events = run.events_path();
-    let log = EventLog::append(&events).map_err(|source| {
-        run_err(TrainRunError::Io {
-            path: events.clone(),
-            source,
-        })
-    })?;
+    let mut model = model;
+    model.set_ranks(hooks.ranks.clone());
+    model.defer_grad_sum();
+    let events = Events::open(&run.events_path(), &hooks.ranks, observe).map_err(run_err)?;
     let mut lp = Loop {
-        events: Events::new(log, observe),
+        events,
         opt,
         decay: model.decay_ranges(),
         frozen: model.frozen_ranges(),

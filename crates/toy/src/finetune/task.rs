@@ -98,6 +98,7 @@ impl Task for FtTask<'_> {
                 model.forward_backward_scaled(xs, ys, b, te, scale)
             } / accum as f32;
         }
+        self.model.finish_grads();
         Ok((loss, tokens))
     }
 

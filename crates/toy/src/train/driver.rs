@@ -51,20 +51,46 @@ pub struct Plan<'a> {
     pub stop_after: Option<usize>,
 }
 
-/// `events.jsonl` and whoever watches the run (a progress bar, a test).
+/// `events.jsonl` and whoever watches the run (a progress bar, a test). Of several ranks
+/// only rank 0 has them: the others' events go nowhere, and they write no checkpoint.
 pub struct Events<'a> {
-    log: EventLog,
+    log: Option<EventLog>,
     observe: &'a mut dyn FnMut(&Event),
 }
 
 impl<'a> Events<'a> {
     pub fn new(log: EventLog, observe: &'a mut dyn FnMut(&Event)) -> Self {
+        let log = Some(log);
         Self { log, observe }
     }
 
+    /// The run's `events.jsonl` (appended to) on rank 0, nothing on the other ranks.
+    pub fn open(
+        path: &std::path::Path,
+        ranks: &crate::ranks::Ranks,
+        observe: &'a mut dyn FnMut(&Event),
+    ) -> Result<Self, TrainRunError> {
+        let log = match ranks.is_root() {
+            true => Some(EventLog::append(path).map_err(|source| TrainRunError::Io {
+                path: path.to_path_buf(),
+                source,
+            })?),
+            false => None,
+        };
+        Ok(Self { log, observe })
+    }
+
+    /// Whether this process writes the run folder (the only one, or rank 0).
+    pub fn writer(&self) -> bool {
+        self.log.is_some()
+    }
+
     pub fn emit(&mut self, e: Event) -> Result<(), TrainRunError> {
-        self.log.write(&e).map_err(|source| TrainRunError::Io {
-            path: self.log.path().to_path_buf(),
+        let Some(log) = self.log.as_mut() else {
+            return Ok(());
+        };
+        log.write(&e).map_err(|source| TrainRunError::Io {
+            path: log.path().to_path_buf(),
             source,
         })?;
         (self.observe)(&e);
@@ -176,6 +202,9 @@ impl<'a> Loop<'a> {
     pub fn checkpoint<T: Task>(&mut self, task: &mut T, step: usize) -> Result<(), T::Error> {
         if let Some(&bad) = task.weights().0.iter().find(|p| !p.is_finite()) {
             return Err(self.fail(step, "a parameter", bad).into());
+        }
+        if !self.events.writer() {
+            return Ok(());
         }
         let path = task.checkpoint(step, &self.opt)?;
         self.last_checkpoint = Some(path.clone());

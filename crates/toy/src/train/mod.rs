@@ -55,4 +55,6 @@ mod tests_infer;
 #[cfg(test)]
 mod tests_lora;
 #[cfg(test)]
+mod tests_ranks;
+#[cfg(test)]
 mod tests_warm;

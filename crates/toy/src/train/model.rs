@@ -9,6 +9,7 @@ use super::params::{Layout, LoraRanges, ParamInfo};
 use super::shard::{Net, Shard, Targets};
 use super::{Arch, ModelConfig, TrainError};
 use crate::gguf::GgufFile;
+use crate::ranks::Ranks;
 use std::ops::Range;
 use std::sync::Arc;
 use tinynn::layers::cross_entropy::IGNORE;
@@ -56,6 +57,10 @@ pub struct TrainModel {
     grads2: Vec<f32>,
     /// The adapters' input dropout of the next `forward_backward` (see [`Self::set_dropout`]).
     dropout: Option<Dropout>,
+    /// Data-parallel ranks: this process runs its rows of each batch (`Ranks::rows`).
+    ranks: Ranks,
+    /// Whether the shards' (and ranks') gradients are summed by [`Self::finish_grads`] only.
+    defer: bool,
 }
 
 impl TrainModel {
@@ -208,7 +213,41 @@ impl TrainModel {
             shards,
             cfg,
             dropout: None,
+            ranks: Ranks::default(),
+            defer: false,
         })
+    }
+
+    /// Runs this rank's rows of every batch from now on (with more than one rank): one shard
+    /// of up to the whole batch (two ranks then run the rows one process's two shards run),
+    /// the loss summed over the ranks at each call, the gradients by [`Self::finish_grads`].
+    pub fn set_ranks(&mut self, ranks: Ranks) {
+        if ranks.parallel() {
+            self.shards = vec![Shard::new(&self.net, self.batch, self.cfg.ctx)];
+            self.shard_batch = self.batch;
+            self.grads2 = Vec::new();
+            self.defer = true;
+        }
+        self.ranks = ranks;
+    }
+
+    /// Keeps each shard's gradient apart across the calls of a step, summed once by
+    /// [`Self::finish_grads`]: a step then adds the same partial gradients in the same order
+    /// on one process as on two ranks (each shard's micro-batches, then shard 0 + shard 1).
+    pub fn defer_grad_sum(&mut self) {
+        self.defer = true;
+    }
+
+    /// After a step's `forward_backward` calls: the shards' gradients summed into `grads`,
+    /// then the ranks' (in rank order). A no-op unless deferred.
+    pub fn finish_grads(&mut self) {
+        if !self.defer {
+            return;
+        }
+        if !self.grads2.is_empty() {
+            add_and_clear(&mut self.grads, &mut self.grads2);
+        }
+        self.ranks.sum_f32(&mut self.grads);
     }
 
     /// Dropout on the LoRA adapters' inputs for the following `forward_backward` calls
@@ -238,9 +277,13 @@ impl TrainModel {
         self.batch
     }
 
-    /// How many shards a batch's rows split over (side by side, each on one thread).
+    /// How many parts a batch's rows split over: the shards (side by side, each on one
+    /// thread), or the ranks, each of which runs one part.
     pub fn n_shards(&self) -> usize {
-        self.shards.len()
+        match self.ranks.parallel() {
+            true => self.ranks.size(),
+            false => self.shards.len(),
+        }
     }
 
     pub fn zero_grad(&mut self) {
@@ -300,6 +343,7 @@ impl TrainModel {
     ) -> f64 {
         let (p, net) = (&self.params, &self.net);
         let drop = self.dropout.filter(|_| grad_scale.is_some());
+        let grad = grad_scale.is_some();
         // one shard on rows r of the batch
         let one = |sh: &mut Shard, g: Option<&mut [f32]>, r: Range<usize>| -> f64 {
             sh.set_dropout(drop, r.start);
@@ -317,9 +361,18 @@ impl TrainModel {
             }
             loss
         };
+        if self.ranks.parallel() {
+            // this rank's rows, then the loss of all of them (in rank order)
+            let r = self.ranks.rows(b);
+            let g = grad.then_some(&mut self.grads[..]);
+            let mine = match r.is_empty() {
+                true => 0.0,
+                false => one(&mut self.shards[0], g, r.start * t..r.end * t),
+            };
+            return self.ranks.sum_f64(mine);
+        }
         // the rows split evenly: a short batch (a repacked one) still runs on both shards
         let b0 = b.div_ceil(self.shards.len()).min(self.shard_batch);
-        let grad = grad_scale.is_some();
         let (first, rest) = self.shards.split_at_mut(1);
         match rest.first_mut() {
             Some(second) if b > b0 => {
@@ -336,7 +389,7 @@ impl TrainModel {
                     || run(&mut || one(&mut first[0], g1.take(), 0..n0)),
                     || run(&mut || one(second, g2.take(), n0..b * t)),
                 );
-                if grad {
+                if grad && !self.defer {
                     add_and_clear(&mut self.grads, &mut self.grads2);
                 }
                 l0 + l1

@@ -18,6 +18,8 @@ pub enum TrainRunError {
     Checkpoint(#[from] CheckpointError),
     #[error(transparent)]
     Model(#[from] TrainError),
+    #[error(transparent)]
+    Ranks(#[from] crate::ranks::RanksError),
     #[error("writing the checkpoint GGUF: {0}")]
     Export(#[from] crate::gguf::GgufError),
     #[error("the donor {path}: {source}")]

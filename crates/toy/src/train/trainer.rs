@@ -14,13 +14,14 @@ use super::data::{self, PrepareOptions, TokenizerChoice};
 use super::dataset::{Batcher, Dataset};
 use super::driver::{adamw, Events, Loop, Plan, Task};
 use super::evaluate::{eval_loss, sample};
-use super::events::{now, Event, EventLog};
+use super::events::{now, Event};
 pub use super::outcome::{Outcome, TrainRunError};
 use super::recipe::Recipe;
 use super::rng::SplitMix64;
 use super::run::RunDir;
 use super::{export, warm_start, TrainModel};
 use crate::gguf::GgufFile;
+use crate::ranks::Ranks;
 use crate::tokenizer::{Tokenizer, TokenizerSpec};
 
 /// For tasks whose errors are messages (the image classifier's).
@@ -46,6 +47,10 @@ pub struct Hooks {
     /// Write a checkpoint of the initial weights (step 0) before training, e.g. so another
     /// framework can start from the same weights.
     pub checkpoint_at_start: bool,
+    /// The data-parallel ranks this process is one of (one process by default).
+    pub ranks: Ranks,
+    /// Tests of a rank's death: rank `.0` aborts at the start of step `.1`.
+    pub die_at: Option<(usize, usize)>,
 }
 
 /// The run's data folder, prepared first (from `data.inputs`, or the Rust book) when absent.
@@ -139,6 +144,7 @@ impl<'a> LmTask<'a> {
         let tok = Tokenizer::from_spec(spec.clone())?;
         let cfg = recipe.model_config()?;
         let b = recipe.train.batch;
+        hooks.ranks.check_batch(b)?;
         let mut batcher = Batcher::new(recipe.train.seed ^ 0xDA7A, b, cfg.ctx);
         let mut warm = None;
         let (model, opt, start) = if resume {
@@ -169,16 +175,14 @@ impl<'a> LmTask<'a> {
             let opt = adamw(&recipe.optim, model.params.len());
             (model, opt, 0)
         };
-        let events = run.events_path();
-        let log = EventLog::append(&events).map_err(|source| TrainRunError::Io {
-            path: events.clone(),
-            source,
-        })?;
+        let mut model = model;
+        model.set_ranks(hooks.ranks.clone());
+        model.defer_grad_sum();
         let last_checkpoint = checkpoint::latest(&run.path)
             .ok()
             .map(|(s, _)| run.path.join(checkpoint::gguf_name(s)));
         let mut lp = Loop {
-            events: Events::new(log, observe),
+            events: Events::open(&run.events_path(), &hooks.ranks, observe)?,
             opt,
             decay: model.decay_ranges(),
             frozen: Vec::new(),
@@ -220,6 +224,9 @@ impl Task for LmTask<'_> {
         if self.hooks.poison_at == Some(step) {
             self.model.params[0] = f32::NAN;
         }
+        if self.hooks.die_at == Some((self.hooks.ranks.rank(), step)) {
+            std::process::abort();
+        }
         let (b, t) = (self.batcher.b, self.batcher.t);
         let mut loss = 0.0;
         for _ in 0..accum {
@@ -229,6 +236,7 @@ impl Task for LmTask<'_> {
                 .model
                 .forward_backward_scaled(x, y, b, t, 1.0 / accum as f32);
         }
+        self.model.finish_grads();
         Ok((loss / accum as f32, b * t * accum))
     }
 
