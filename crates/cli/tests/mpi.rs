@@ -154,7 +154,7 @@ fn two_ranks_train_tiny_as_one_process_bit_for_bit_and_resume_in_one() {
 }
 
 #[test]
-fn tcp_gives_the_bits_of_shared_memory_and_four_ranks_agree() {
+fn tcp_gives_the_bits_of_shared_memory_and_four_ranks_resume_on_two() {
     let _one = ONE_JOB.lock().unwrap_or_else(|p| p.into_inner());
     let tmp = TempDir::new("mpi-tcp");
     let (shm, tcp, four) = (tmp.path("shm"), tmp.path("tcp"), tmp.path("four"));
@@ -171,9 +171,25 @@ fn tcp_gives_the_bits_of_shared_memory_and_four_ranks_agree() {
     let (rs, rt) = (only_run(&shm), only_run(&tcp));
     assert_eq!(losses(&rs), losses(&rt));
     assert_eq!(state(&rs, 30), state(&rt, 30));
-    // four ranks add four partial gradients: the same run within float rounding
-    mpirun_ok(4, &[], &args("train", &TINY, &four, &[]));
-    let (l2, l4) = (losses(&rs).0, losses(&only_run(&four)).0);
+    // four ranks add four partial gradients: the same run within float rounding; stopped
+    // at step 20, the run goes on with two ranks
+    mpirun_ok(
+        4,
+        &[],
+        &args("train", &TINY, &four, &["--stop-after", "20"]),
+    );
+    let r4 = only_run(&four);
+    let resume = [
+        "train".to_string(),
+        "--resume".into(),
+        r4.display().to_string(),
+    ];
+    mpirun_ok(2, &[], &resume);
+    let (l2, l4) = (losses(&rs).0, losses(&r4).0);
+    assert_eq!(
+        l4.iter().map(|s| s.0).collect::<Vec<_>>(),
+        (1..=30).collect::<Vec<_>>()
+    );
     for (x, y) in l2.iter().zip(&l4) {
         let (x, y) = (f32::from_bits(x.1), f32::from_bits(y.1));
         assert!((x - y).abs() <= 1e-4 * x.abs(), "step loss {x} vs {y}");
