@@ -40,6 +40,7 @@ fn byte_tokenizer(add_bos: bool) -> Tokenizer {
         eos: Some(2),
         eot: None,
         add_bos,
+        ..TokenizerSpec::default()
     })
     .expect("byte tokenizer builds")
 }

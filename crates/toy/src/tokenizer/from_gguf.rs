@@ -58,18 +58,33 @@ impl TokenizerSpec {
             Some(_) => string_array(f, "tokenizer.ggml.merges")?,
         };
         let pre = f.get_str("tokenizer.ggml.pre").map(str::to_string);
-        // Absent `add_bos_token`: llama.cpp adds BOS for llama3-style BPE vocabularies only.
+        // Absent `add_bos_token`: llama.cpp adds BOS for SentencePiece and llama3-style BPE
+        // vocabularies only.
+        let spm = model == "llama";
         let llama3 = matches!(pre.as_deref(), Some("llama3" | "llama-bpe" | "llama-v3"));
+        let scores = match f.get("tokenizer.ggml.scores").and_then(Value::as_array) {
+            None => Vec::new(),
+            Some(arr) => arr
+                .iter()
+                .map(Value::as_f32)
+                .collect::<Option<Vec<f32>>>()
+                .ok_or_else(|| missing("tokenizer.ggml.scores"))?,
+        };
         Ok(Self {
             model: model.to_string(),
             pre,
             tokens,
             token_types,
             merges,
+            scores,
+            unk: token_id(f, "tokenizer.ggml.unknown_token_id")?,
+            add_space_prefix: f.get_bool("tokenizer.ggml.add_space_prefix").unwrap_or(spm),
             bos: token_id(f, "tokenizer.ggml.bos_token_id")?,
             eos: token_id(f, "tokenizer.ggml.eos_token_id")?,
             eot: token_id(f, "tokenizer.ggml.eot_token_id")?,
-            add_bos: f.get_bool("tokenizer.ggml.add_bos_token").unwrap_or(llama3),
+            add_bos: f
+                .get_bool("tokenizer.ggml.add_bos_token")
+                .unwrap_or(llama3 || spm),
         })
     }
 }

@@ -1,27 +1,28 @@
-//! Byte-level BPE tokenizer built from GGUF `tokenizer.ggml.*` metadata, on the `tokenizers`
-//! crate. Follows llama.cpp's `llama-vocab.cpp` so ids match `llama-tokenize`: the
+//! Tokenizers built from GGUF `tokenizer.ggml.*` metadata: byte-level BPE on the
+//! `tokenizers` crate, and SentencePiece (`spm.rs`). Follows llama.cpp's `llama-vocab.cpp` so ids match `llama-tokenize`: the
 //! pre-tokenizer regexes are chosen by `tokenizer.ggml.pre`, CONTROL and USER_DEFINED tokens
 //! are parsed as special (`parse_special = true`), and pieces are rendered as
 //! `llama_token_to_piece` does (special tokens as their text).
 
+mod bpe;
 mod from_gguf;
 mod pre;
+mod spm;
 mod stream;
+
+use spm::Spm;
 
 pub use stream::StreamDecoder;
 
 use std::collections::HashMap;
 
-use tokenizers::models::bpe::{Vocab, BPE};
-use tokenizers::pre_tokenizers::byte_level::ByteLevel;
-use tokenizers::pre_tokenizers::sequence::Sequence;
-use tokenizers::pre_tokenizers::split::{Split, SplitPattern};
-use tokenizers::{AddedToken, DecoderWrapper, PreTokenizerWrapper, SplitDelimiterBehavior};
-
 /// llama.cpp's `llama_token_type` values (`tokenizer.ggml.token_type`).
 pub const TOKEN_TYPE_NORMAL: i32 = 1;
+pub const TOKEN_TYPE_UNKNOWN: i32 = 2;
 pub const TOKEN_TYPE_CONTROL: i32 = 3;
 pub const TOKEN_TYPE_USER_DEFINED: i32 = 4;
+pub const TOKEN_TYPE_UNUSED: i32 = 5;
+pub const TOKEN_TYPE_BYTE: i32 = 6;
 
 /// Token texts llama.cpp treats as end of generation whatever the model's eos/eot ids say.
 const EOG_TEXTS: &[&str] = &[
@@ -39,7 +40,7 @@ const EOG_TEXTS: &[&str] = &[
 
 #[derive(Debug, thiserror::Error)]
 pub enum TokenizerError {
-    #[error("unsupported tokenizer model {0:?}: only \"gpt2\" (byte-level BPE) is supported")]
+    #[error("unsupported tokenizer model {0:?}: expected \"gpt2\" (byte-level BPE) or \"llama\" (SentencePiece)")]
     UnsupportedModel(String),
     #[error("unknown pre-tokenizer {name:?}; known: {}", pre::KNOWN.join(", "))]
     UnknownPre { name: String },
@@ -62,7 +63,7 @@ fn backend(e: impl std::fmt::Display) -> TokenizerError {
 /// Everything needed to build a [`Tokenizer`], as read from GGUF (or written by hand in tests).
 #[derive(Clone, Debug, Default)]
 pub struct TokenizerSpec {
-    /// `tokenizer.ggml.model`; only "gpt2" is supported.
+    /// `tokenizer.ggml.model`: "gpt2" (byte-level BPE) or "llama" (SentencePiece).
     pub model: String,
     /// `tokenizer.ggml.pre`; `None` means llama.cpp's "default".
     pub pre: Option<String>,
@@ -70,8 +71,14 @@ pub struct TokenizerSpec {
     pub tokens: Vec<String>,
     /// One `TOKEN_TYPE_*` per token; missing entries count as NORMAL.
     pub token_types: Vec<i32>,
-    /// "left right" pairs, highest priority first.
+    /// "left right" pairs, highest priority first (BPE).
     pub merges: Vec<String>,
+    /// Each token's score (SentencePiece: the higher merges first).
+    pub scores: Vec<f32>,
+    /// `tokenizer.ggml.unknown_token_id`.
+    pub unk: Option<u32>,
+    /// `tokenizer.ggml.add_space_prefix` (SentencePiece): a space before the text.
+    pub add_space_prefix: bool,
     pub bos: Option<u32>,
     pub eos: Option<u32>,
     pub eot: Option<u32>,
@@ -79,9 +86,16 @@ pub struct TokenizerSpec {
     pub add_bos: bool,
 }
 
+/// What splits text into ids: byte-level BPE (`tokenizers`) or SentencePiece (`spm.rs`).
+#[derive(Clone)]
+enum Engine {
+    Bpe(Box<tokenizers::Tokenizer>),
+    Spm(Box<Spm>),
+}
+
 #[derive(Clone)]
 pub struct Tokenizer {
-    inner: tokenizers::Tokenizer,
+    inner: Engine,
     /// Raw bytes of every token, so decoding never goes back through the byte-level alphabet.
     bytes: Vec<Vec<u8>>,
     /// Whether each token is CONTROL or USER_DEFINED (parsed as special, shown as its text).
@@ -94,15 +108,13 @@ pub struct Tokenizer {
 
 impl Tokenizer {
     pub fn from_spec(spec: TokenizerSpec) -> Result<Self, TokenizerError> {
-        if spec.model != "gpt2" {
-            return Err(TokenizerError::UnsupportedModel(spec.model));
-        }
-        let pre_name = spec.pre.as_deref().unwrap_or("default");
-        let exprs = pre::regexes(pre_name).ok_or_else(|| TokenizerError::UnknownPre {
-            name: pre_name.to_string(),
-        })?;
         let n = spec.tokens.len();
-        for (what, id) in [("bos", spec.bos), ("eos", spec.eos), ("eot", spec.eot)] {
+        for (what, id) in [
+            ("bos", spec.bos),
+            ("eos", spec.eos),
+            ("eot", spec.eot),
+            ("unknown", spec.unk),
+        ] {
             if let Some(id) = id.filter(|&id| id as usize >= n) {
                 return Err(TokenizerError::IdOutOfRange {
                     what,
@@ -111,43 +123,6 @@ impl Tokenizer {
                 });
             }
         }
-
-        let vocab: Vocab = spec
-            .tokens
-            .iter()
-            .enumerate()
-            .map(|(i, t)| (t.clone(), i as u32))
-            .collect();
-        // A merge whose parts are not tokens cannot fire in llama.cpp either; the `tokenizers`
-        // BPE builder would reject it, so it is dropped here.
-        let merges = spec
-            .merges
-            .iter()
-            .filter_map(|m| {
-                let split = m.char_indices().skip(1).find(|&(_, c)| c == ' ')?.0;
-                let (l, r) = (&m[..split], &m[split + 1..]);
-                let ok = vocab.contains_key(l) && vocab.contains_key(r);
-                ok.then(|| (l.to_string(), r.to_string()))
-            })
-            .collect();
-        let bpe = BPE::builder()
-            .vocab_and_merges(vocab, merges)
-            .build()
-            .map_err(backend)?;
-
-        let mut steps: Vec<PreTokenizerWrapper> = Vec::with_capacity(exprs.len() + 1);
-        for e in exprs {
-            let pattern = SplitPattern::Regex(e.to_string());
-            let split =
-                Split::new(pattern, SplitDelimiterBehavior::Isolated, false).map_err(backend)?;
-            steps.push(split.into());
-        }
-        steps.push(ByteLevel::new(false, false, false).into());
-
-        let mut inner = tokenizers::Tokenizer::new(bpe);
-        inner.with_pre_tokenizer(Some(Sequence::new(steps)));
-        inner.with_decoder(Some(DecoderWrapper::ByteLevel(ByteLevel::default())));
-
         let token_type = |i: usize| {
             spec.token_types
                 .get(i)
@@ -156,23 +131,35 @@ impl Tokenizer {
         };
         let is_special =
             |i: usize| matches!(token_type(i), TOKEN_TYPE_CONTROL | TOKEN_TYPE_USER_DEFINED);
-        let special: Vec<AddedToken> = (0..n)
-            .filter(|&i| is_special(i) && !spec.tokens[i].is_empty())
-            .map(|i| AddedToken::from(spec.tokens[i].clone(), true))
-            .collect();
-        inner.add_special_tokens(&special);
-
-        let char_to_byte = byte_level_decoder();
-        let bytes = (0..n)
-            .map(|i| {
-                let text = &spec.tokens[i];
-                if is_special(i) {
-                    text.as_bytes().to_vec()
-                } else {
-                    unbyte_level(text, &char_to_byte)
-                }
-            })
-            .collect();
+        let (inner, bytes) = match spec.model.as_str() {
+            "gpt2" => {
+                let inner = bpe::build(&spec, is_special)?;
+                let char_to_byte = byte_level_decoder();
+                let bytes = (0..n)
+                    .map(|i| match is_special(i) {
+                        true => spec.tokens[i].as_bytes().to_vec(),
+                        false => unbyte_level(&spec.tokens[i], &char_to_byte),
+                    })
+                    .collect();
+                (Engine::Bpe(Box::new(inner)), bytes)
+            }
+            "llama" => {
+                // llama.cpp partitions CONTROL, USER_DEFINED and UNKNOWN tokens out of the text
+                let split = |i| is_special(i) || token_type(i) == TOKEN_TYPE_UNKNOWN;
+                let spm = Spm::new(
+                    &spec.tokens,
+                    &spec.scores,
+                    spec.unk,
+                    split,
+                    spec.add_space_prefix,
+                );
+                let bytes = (0..n)
+                    .map(|i| spm_piece(&spec.tokens[i], token_type(i)))
+                    .collect();
+                (Engine::Spm(Box::new(spm)), bytes)
+            }
+            m => return Err(TokenizerError::UnsupportedModel(m.to_string())),
+        };
         let mut eog: Vec<u32> = [spec.eos, spec.eot].into_iter().flatten().collect();
         for (i, t) in spec.tokens.iter().enumerate() {
             if EOG_TEXTS.contains(&t.as_str()) && !eog.contains(&(i as u32)) {
@@ -195,12 +182,17 @@ impl Tokenizer {
     /// Token ids of `text`; special tokens written in the text become their ids. BOS is
     /// prepended only when asked for and the model wants it (`add_bos_token`).
     pub fn encode(&self, text: &str, add_bos: bool) -> Result<Vec<u32>, TokenizerError> {
-        let encoding = self.inner.encode_fast(text, false).map_err(backend)?;
-        let mut ids = Vec::with_capacity(encoding.len() + 1);
+        let mut ids = Vec::with_capacity(text.len() / 3 + 2);
         if let (true, true, Some(bos)) = (add_bos, self.add_bos, self.bos) {
             ids.push(bos);
         }
-        ids.extend_from_slice(encoding.get_ids());
+        match &self.inner {
+            Engine::Bpe(t) => {
+                let encoding = t.encode_fast(text, false).map_err(backend)?;
+                ids.extend_from_slice(encoding.get_ids());
+            }
+            Engine::Spm(spm) => spm.encode(text, &mut ids),
+        }
         Ok(ids)
     }
 
@@ -259,12 +251,31 @@ impl Tokenizer {
 
     /// The id of a token given its vocabulary text (byte-level form, e.g. "Ġthe").
     pub fn token_id(&self, text: &str) -> Option<u32> {
-        // the BPE vocabulary already maps text to ids; special tokens are in it too
-        self.inner.token_to_id(text)
+        // the vocabulary already maps text to ids; special tokens are in it too
+        match &self.inner {
+            Engine::Bpe(t) => t.token_to_id(text),
+            Engine::Spm(spm) => spm.id(text),
+        }
     }
 
     pub fn stream_decoder(&self) -> StreamDecoder<'_> {
         StreamDecoder::new(self)
+    }
+}
+
+/// A SentencePiece token's bytes, as llama.cpp's `token_to_piece` (special = true) gives
+/// them: `▁` as a space in normal tokens, `<0xXX>` as its byte, special tokens as their text,
+/// unused ones as nothing.
+fn spm_piece(text: &str, kind: i32) -> Vec<u8> {
+    match kind {
+        TOKEN_TYPE_NORMAL => text.replace('\u{2581}', " ").into_bytes(),
+        TOKEN_TYPE_BYTE => {
+            let hex = text.strip_prefix("<0x").and_then(|h| h.strip_suffix('>'));
+            hex.and_then(|h| u8::from_str_radix(h, 16).ok())
+                .map_or_else(Vec::new, |b| vec![b])
+        }
+        TOKEN_TYPE_UNUSED => Vec::new(),
+        _ => text.as_bytes().to_vec(),
     }
 }
 

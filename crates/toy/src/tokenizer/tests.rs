@@ -36,6 +36,7 @@ fn spec(pre: &str) -> TokenizerSpec {
         eos: Some(2),
         eot: None,
         add_bos: false,
+        ..TokenizerSpec::default()
     }
 }
 
@@ -82,9 +83,10 @@ fn unknown_pre_name_lists_the_known_ones() {
 #[test]
 fn unsupported_model_is_an_error() {
     let mut s = spec("gpt2");
-    s.model = "llama".into();
+    s.model = "ugm".into();
     let err = Tokenizer::from_spec(s).err().expect("must fail");
-    assert!(err.to_string().contains("\"llama\""), "{err}");
+    let msg = err.to_string();
+    assert!(msg.contains("\"ugm\"") && msg.contains("\"llama\" (SentencePiece)"), "{msg}");
 }
 
 #[test]

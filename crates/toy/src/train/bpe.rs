@@ -121,6 +121,7 @@ pub fn train_bpe(docs: &[String], vocab_size: usize) -> Result<TokenizerSpec, Bp
         eos: eot,
         eot: None,
         add_bos: false,
+        ..TokenizerSpec::default()
     })
 }
 
@@ -160,6 +161,21 @@ pub fn tokenizer_metadata(spec: &TokenizerSpec) -> Vec<(String, Value)> {
         "tokenizer.ggml.add_bos_token".to_string(),
         Value::Bool(spec.add_bos),
     ));
+    if spec.model == "llama" {
+        // SentencePiece: the scores that order merges, the unknown token, the space prefix
+        let scores = spec.scores.iter().map(|&s| Value::F32(s)).collect();
+        kv.push((
+            "tokenizer.ggml.scores".into(),
+            Value::Array(ValueType::F32, scores),
+        ));
+        if let Some(id) = spec.unk {
+            kv.push(("tokenizer.ggml.unknown_token_id".into(), Value::U32(id)));
+        }
+        kv.push((
+            "tokenizer.ggml.add_space_prefix".into(),
+            Value::Bool(spec.add_space_prefix),
+        ));
+    }
     kv
 }
 
