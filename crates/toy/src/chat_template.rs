@@ -96,7 +96,9 @@ impl ChatTemplate {
         f: &crate::gguf::GgufFile,
         override_source: Option<&str>,
     ) -> Result<Self, TemplateError> {
-        let source = override_source.or_else(|| f.get_str("tokenizer.chat_template"));
+        let source = override_source
+            .or_else(|| f.get_str("tokenizer.chat_template"))
+            .or_else(|| builtin(f.architecture()?));
         let token_text = |key: &str| -> String {
             let tokens = f.get("tokenizer.ggml.tokens").and_then(|v| v.as_array());
             let id = f.get_u64(key).and_then(|id| usize::try_from(id).ok());
@@ -227,6 +229,16 @@ fn write_json(
 
 fn json_error(e: serde_json::Error) -> Error {
     Error::new(ErrorKind::BadSerialization, e.to_string())
+}
+
+/// Gemma's turns (`<start_of_turn>user` / `model`, a system message joined to the first user
+/// turn), as llama.cpp's built-in `gemma` template writes them, for Gemma files that carry no
+/// `tokenizer.chat_template`; the BOS comes from tokenization, not the text.
+const GEMMA: &str = "{%- if messages[0]['role'] == 'system' -%}{%- set first = messages[0]['content'] + '\\n\\n' -%}{%- set loop_messages = messages[1:] -%}{%- else -%}{%- set first = '' -%}{%- set loop_messages = messages -%}{%- endif -%}{%- for m in loop_messages -%}{%- set role = 'model' if m['role'] == 'assistant' else m['role'] -%}{{ '<start_of_turn>' + role + '\\n' + (first if loop.first else '') + (m['content'] | trim) + '<end_of_turn>\\n' }}{%- endfor -%}{%- if add_generation_prompt -%}{{ '<start_of_turn>model\\n' }}{%- endif -%}";
+
+/// A template for architectures whose files may carry none.
+fn builtin(arch: &str) -> Option<&'static str> {
+    arch.starts_with("gemma").then_some(GEMMA)
 }
 
 #[cfg(test)]

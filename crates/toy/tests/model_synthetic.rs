@@ -6,7 +6,7 @@
 mod synthetic;
 
 use synthetic::{gguf, load, model, reference, weights, Bug, Spec, Tensors, ALL, GPT2, LLAMA};
-use synthetic::{LLAMA3, LLAMA_OUTPUT, QWEN2, QWEN3};
+use synthetic::{GEMMA3, LLAMA3, LLAMA_OUTPUT, QWEN2, QWEN3};
 use tinynn::quant::GgmlType;
 use toy::model::{Logits, ModelError};
 
@@ -57,6 +57,12 @@ fn reference_tolerance_catches_planted_bugs() {
         (QWEN3, Bug::NoQkNorm),
         (LLAMA3, Bug::NoRopeFreqs),
         (QWEN2, Bug::DefaultBase),
+        (GEMMA3, Bug::NoWindow),
+        (GEMMA3, Bug::NoPostNorm),
+        (GEMMA3, Bug::NoEmbdScale),
+        (GEMMA3, Bug::DefaultBase),
+        (GEMMA3, Bug::NoQkNorm),
+        (GEMMA3, Bug::OneBase),
     ];
     for (s, bug) in cases {
         let got = engine_logits(&s, GgmlType::F32);

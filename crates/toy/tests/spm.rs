@@ -63,8 +63,7 @@ fn small_spm_vocabulary_with_space_prefix_tokenizes_as_llama_cpp() {
 
 #[test]
 fn gemma3_tokenizes_as_llama_cpp_and_decodes_back() {
-    let model =
-        Path::new(env!("CARGO_MANIFEST_DIR")).join("../../models/gemma-3-270m-it-q4_k_m.gguf");
+    let model = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../models/gemma-3-270m-q4_k_m.gguf");
     if !model.is_file() {
         eprintln!(
             "skipped: {} is missing (scripts/fetch-gemma.sh fetches it)",

@@ -22,6 +22,9 @@ pub struct AttnShape {
     pub ctx: usize,
     /// Keep the weighted sum of values in f16 (ggml's one-chunk kernel) rather than f32.
     pub f16_accumulate: bool,
+    /// Sliding-window attention: the query at position p sees the keys at p - window + 1 ..= p
+    /// only (llama.cpp's `LLAMA_SWA_TYPE_STANDARD`); `None`: every key up to p.
+    pub window: Option<usize>,
 }
 
 /// q (T, H, D) at positions pos0..pos0+T; k, v caches (Hkv, P, D) -> out (T, H, D).
@@ -34,7 +37,11 @@ pub fn causal_attention(
     out: &mut [f32],
 ) {
     let (h, d) = (s.n_head, s.head_dim);
-    if !s.f16_accumulate && out.len() > h * d && super::attention_tiled::supports(d) {
+    if !s.f16_accumulate
+        && s.window.is_none()
+        && out.len() > h * d
+        && super::attention_tiled::supports(d)
+    {
         return super::attention_tiled::causal_attention_tiled(q, k, v, s, pos0, out);
     }
     let group = h / s.n_kv_head;
@@ -49,8 +56,11 @@ pub fn causal_attention(
         let og = unsafe { std::slice::from_raw_parts_mut(outp.at(i * gd), gd) };
         let (t, kv) = (i * per / h, (i * per % h) / group);
         let n = pos0 + t + 1;
+        // the first key this query sees: 0, or the window's start
+        let first = s.window.map_or(0, |w| n.saturating_sub(w));
         let base = kv * s.ctx * d;
-        let (k, v) = (&k[base..base + n * d], &v[base..base + n * d]);
+        let keys = base + first * d..base + n * d;
+        let (k, v) = (&k[keys.clone()], &v[keys]);
         let qg = &q[i * gd..(i + 1) * gd];
         #[cfg(target_arch = "x86_64")]
         if d % 16 == 0 && d <= 256 && super::dot::simd_level() == super::dot::SimdLevel::Avx512 {
@@ -402,6 +412,7 @@ mod tests {
             head_dim: 2,
             ctx: 4,
             f16_accumulate: false,
+            window: None,
         };
         let mut k = vec![0f32; 8];
         let mut v = vec![0f32; 8];
@@ -419,6 +430,15 @@ mod tests {
         s.f16_accumulate = true;
         causal_attention(&q2, &k, &v, s, 1, &mut out);
         assert_eq!(out, [6.0, 7.0, 6.0, 7.0]);
+        // a window of one position sees only the query's own key
+        s.window = Some(1);
+        causal_attention(&q2, &k, &v, s, 1, &mut out);
+        assert_eq!(out, [7.0, 8.0, 7.0, 8.0]);
+        s.f16_accumulate = false;
+        let two_rows = [0.0f32; 8];
+        let mut out2 = [0f32; 8];
+        causal_attention(&two_rows, &k, &v, s, 0, &mut out2);
+        assert_eq!(out2, [5.0, 6.0, 5.0, 6.0, 7.0, 8.0, 7.0, 8.0]);
     }
 
     /// Plain two-pass softmax attention of one query over n rows.

@@ -336,6 +336,7 @@ mod tests {
                 head_dim: d,
                 ctx,
                 f16_accumulate: false,
+                window: None,
             };
             let mut got = vec![0f32; t * h * d];
             causal_attention_tiled(&q, &k, &v, s, pos0, &mut got);

@@ -49,6 +49,8 @@ pub struct Block {
     def: BlockDef,
     /// The weights of the Norm ops, in op order.
     norms: Vec<NormW>,
+    /// The Residual ops' post-norm weights (C), in op order, where the family has them.
+    posts: Vec<Vec<f32>>,
     /// The table's products, each its matrices and their adapter targets.
     products: Vec<Vec<(Linear, Target)>>,
     /// QkNorm's per-head weights (D) of q and k.
@@ -70,6 +72,15 @@ impl Block {
                     NormKind::Rms => None,
                 };
                 norms.push(NormW { w, b });
+            }
+        }
+        let mut posts = Vec::new();
+        for op in &def.ops {
+            if let Op::Residual {
+                post: Some(name), ..
+            } = *op
+            {
+                posts.push(t.vector(f, &format!("{name}.weight"))?);
             }
         }
         let products = t
@@ -104,6 +115,7 @@ impl Block {
         Ok(Self {
             def,
             norms,
+            posts,
             products,
             qk_norm,
             gdn,
@@ -131,6 +143,7 @@ impl Block {
         let t: usize = spans.iter().map(|sp| sp.len).sum();
         let (c, qd, kvd, ff) = (cfg.d_model, cfg.q_dim(), cfg.kv_dim(), cfg.d_ff);
         let mut norms = self.norms.iter();
+        let mut posts = self.posts.iter();
         for (i, op) in self.def.ops.iter().enumerate() {
             match *op {
                 Op::Norm { name } => {
@@ -184,9 +197,19 @@ impl Block {
                     match act {
                         Act::SwiGlu => swiglu(a, &s.ff_b[..t * ff]),
                         Act::Gelu => gelu(a),
+                        Act::GeGlu => {
+                            gelu(a);
+                            a.iter_mut()
+                                .zip(&s.ff_b[..t * ff])
+                                .for_each(|(g, u)| *g *= u);
+                        }
                     }
                 }
-                Op::Residual { p, tap: point } => {
+                Op::Residual {
+                    p,
+                    tap: point,
+                    post,
+                } => {
                     // the output of the op before it
                     let input = match self.def.ops[i - 1] {
                         Op::Attention | Op::Gate => &s.att[..t * qd],
@@ -200,6 +223,10 @@ impl Block {
                     let proj = &mut s.proj[..t * c];
                     w.forward(file, input, t, proj);
                     lora.apply(l, *target, input, proj);
+                    if post.is_some() {
+                        let w = posts.next().expect("a weight per post-norm");
+                        rmsnorm_inplace(proj, w, cfg.norm_eps);
+                    }
                     tap(&mut s.taps, l, point, proj, c);
                     let x = &mut s.x[..t * c];
                     x.iter_mut().zip(proj.iter()).for_each(|(a, b)| *a += b);
@@ -350,8 +377,9 @@ fn rope_spans(cfg: &Config, rope: &Rope, q: &mut [f32], k: &mut [f32], spans: &[
     rope.apply_rows(k, kvd, d, |r| pos[r]);
 }
 
-/// Causal attention of layer `l` for every span: q (T, H*D), k and v (T, Hkv*D) in, k and v
-/// stored in the span's cache, out (T, H*D).
+/// Causal attention of layer `l` for every span (over the last `window` positions on a
+/// sliding-window layer): q (T, H*D), k and v (T, Hkv*D) in, k and v stored in the span's
+/// cache, out (T, H*D).
 fn attend_spans(
     cfg: &Config,
     l: usize,
@@ -377,6 +405,7 @@ fn attend_spans(
             head_dim: d,
             ctx: sp.cache.ctx,
             f16_accumulate: f16_attention(n),
+            window: cfg.swa.as_ref().filter(|w| w.layers[l]).map(|w| w.window),
         };
         let (kc, vc) = sp.cache.kv(l);
         causal_attention(q, kc, vc, shape, pos0, &mut out[rows(qd)]);

@@ -18,6 +18,8 @@ pub struct Body {
     pub output: Weight,
     /// The RoPE table (families with learned positions have none).
     pub rope: Option<Rope>,
+    /// The sliding-window layers' own RoPE table (Gemma 3: base 10000 there).
+    pub rope_swa: Option<Rope>,
 }
 
 impl Body {
@@ -32,6 +34,10 @@ impl Body {
                 Some(Rope::new(dim, base, neox, cfg.rope_freqs.as_deref()))
             }
         };
+        let rope_swa = cfg.swa.as_ref().map(|w| {
+            let (dim, neox) = (cfg.rope_dim, cfg.rope_neox);
+            Rope::new(dim, w.rope_base, neox, cfg.rope_freqs.as_deref())
+        });
         let position_embd = match gpt2 {
             true => Some(Weight::load(
                 f,
@@ -54,6 +60,7 @@ impl Body {
             },
             position_embd,
             rope,
+            rope_swa,
             token_embd,
             output,
         })
@@ -72,7 +79,9 @@ impl Body {
     ) {
         self.embed(file, cfg, s, tokens, spans);
         for (l, b) in self.blocks.iter().enumerate() {
-            b.forward(file, cfg, self.rope.as_ref(), s, l, spans, lora);
+            let local = cfg.swa.as_ref().is_some_and(|w| w.layers[l]);
+            let rope = if local { &self.rope_swa } else { &self.rope };
+            b.forward(file, cfg, rope.as_ref(), s, l, spans, lora);
         }
     }
 
@@ -83,6 +92,10 @@ impl Body {
         let wte = self.token_embd.qmat(file);
         for (i, &id) in tokens.iter().enumerate() {
             wte.dequantize_row(id as usize, &mut s.x[i * c..(i + 1) * c]);
+        }
+        if let Some(k) = cfg.embd_scale {
+            // Gemma: the embeddings enter scaled by sqrt(C)
+            s.x[..tokens.len() * c].iter_mut().for_each(|v| *v *= k);
         }
         if let Some(wpe) = &self.position_embd {
             let wpe = wpe.qmat(file);

@@ -23,9 +23,12 @@ pub enum Arch {
     /// Qwen3.5: Gated DeltaNet layers beside gated attention layers (3:1), q/k RMSNorm,
     /// partial neox RoPE, `post_attention_norm` before the MLP.
     Qwen35,
+    /// Gemma 3: embeddings scaled by sqrt(C), RMSNorm before and after attention and the MLP,
+    /// q/k RMSNorm, neox RoPE, GELU-gated MLP, sliding-window attention on 5 layers of 6.
+    Gemma3,
 }
 
-pub const KNOWN_ARCHS: &str = "llama, qwen2, qwen3, qwen35, gpt2";
+pub const KNOWN_ARCHS: &str = "llama, qwen2, qwen3, qwen35, gemma3, gpt2";
 
 impl Arch {
     pub fn from_name(name: &str) -> Result<Self, ModelError> {
@@ -35,6 +38,7 @@ impl Arch {
             "qwen3" => Arch::Qwen3,
             "gpt2" => Arch::Gpt2,
             "qwen35" => Arch::Qwen35,
+            "gemma3" => Arch::Gemma3,
             _ => {
                 return Err(ModelError::UnsupportedArch {
                     arch: name.into(),
@@ -46,7 +50,10 @@ impl Arch {
 
     /// Whether RoPE turns halves (x[i], x[i + R/2]) rather than adjacent pairs.
     pub fn rope_neox(self) -> bool {
-        matches!(self, Arch::Qwen2 | Arch::Qwen3 | Arch::Qwen35)
+        matches!(
+            self,
+            Arch::Qwen2 | Arch::Qwen3 | Arch::Qwen35 | Arch::Gemma3
+        )
     }
 
     /// Whether attention's q, k and v products carry biases (Qwen2; GPT-2's fused qkv has
@@ -55,9 +62,9 @@ impl Arch {
         self == Arch::Qwen2
     }
 
-    /// Whether each query and key head is RMS-normalised before RoPE (Qwen3, Qwen3.5).
+    /// Whether each query and key head is RMS-normalised before RoPE (Qwen3, Qwen3.5, Gemma 3).
     pub fn qk_norm(self) -> bool {
-        matches!(self, Arch::Qwen3 | Arch::Qwen35)
+        matches!(self, Arch::Qwen3 | Arch::Qwen35 | Arch::Gemma3)
     }
 
     /// LayerNorm with biases, learned positions, GELU (GPT-2); else RMSNorm, RoPE, SwiGLU.
@@ -72,6 +79,7 @@ impl Arch {
             Arch::Qwen3 => "qwen3",
             Arch::Gpt2 => "gpt2",
             Arch::Qwen35 => "qwen35",
+            Arch::Gemma3 => "gemma3",
         }
     }
 }
@@ -107,6 +115,47 @@ pub struct Config {
     pub tied: bool,
     /// llama3 RoPE scaling: a divisor per rotated pair (`rope_freqs.weight`).
     pub rope_freqs: Option<Vec<f32>>,
+    /// Token embeddings are scaled by this as they enter (Gemma: sqrt(C)).
+    pub embd_scale: Option<f32>,
+    /// Sliding-window attention (Gemma 3), where the model has it.
+    pub swa: Option<Swa>,
+}
+
+/// Sliding-window attention: which layers attend to the last `window` positions only, and
+/// the RoPE base those layers turn by (the others use `rope_base`), as llama.cpp's
+/// `LLAMA_SWA_TYPE_STANDARD`: query p sees key p0 when p - p0 < window.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Swa {
+    pub window: usize,
+    pub layers: Vec<bool>,
+    pub rope_base: f32,
+}
+
+/// Gemma 3's sliding window from `{arch}.attention.sliding_window`: every layer but each
+/// `sliding_window_pattern`-th (6 by default) is local.
+fn swa(f: &GgufFile, name: &str, n_layer: usize) -> Option<Swa> {
+    let k = |s: &str| format!("{name}.{s}");
+    let window = f
+        .get_u64(&k("attention.sliding_window"))
+        .filter(|&w| w > 0)? as usize;
+    let layers = match f.get(&k("attention.sliding_window_pattern")) {
+        Some(v) if v.as_array().is_some() => {
+            let a = v.as_array().unwrap_or_default();
+            (0..n_layer)
+                .map(|l| a.get(l).and_then(|x| x.as_bool()).unwrap_or(false))
+                .collect()
+        }
+        v => {
+            let n = v.and_then(|v| v.as_u64()).unwrap_or(6) as usize;
+            (0..n_layer).map(|l| n == 0 || l % n < n - 1).collect()
+        }
+    };
+    let rope_base = f.get_f32(&k("rope.freq_base_swa")).unwrap_or(10000.0);
+    Some(Swa {
+        window,
+        layers,
+        rope_base,
+    })
 }
 
 /// `rope_freqs.weight` (R / 2) as f32, where the file has it.
@@ -238,6 +287,10 @@ impl Config {
             gdn,
             tied: f.tensor("output.weight").is_none(),
             rope_freqs: rope_freqs(f, rope_dim)?,
+            embd_scale: (arch == Arch::Gemma3).then(|| (d_model as f32).sqrt()),
+            swa: (arch == Arch::Gemma3)
+                .then(|| swa(f, name, n_layer))
+                .flatten(),
         })
     }
 

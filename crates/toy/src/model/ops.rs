@@ -3,13 +3,16 @@
 //! decides the order: inference's cached pass (`model::block`) runs it forward over the spans
 //! of a batch; training (`train::block`) runs it forward keeping activations, and backward in
 //! reverse. The lists, as llama.cpp's `llm_build_llama` / `_qwen2` / `_qwen3` / `_gpt2` /
-//! `qwen35.cpp` build their graphs:
+//! `qwen35.cpp` / `gemma3.cpp` build their graphs:
 //!
 //!   llama, qwen2, qwen3, gpt2:  Norm(attn_norm) Qkv [QkNorm] [Rope] Attention Residual(attn_output)
 //!                               Norm(ffn_norm) MlpIn Act Residual(ffn_down)
 //!   qwen35 attention layer:     Norm(attn_norm) Qkv(gated) QkNorm Rope Attention Gate
 //!                               Residual(attn_output) Norm(post_attention_norm) MlpIn Act Residual(ffn_down)
 //!   qwen35 Gated DeltaNet layer: Norm(attn_norm) GdnIn DeltaNet Residual(ssm_out) ...the same MLP
+//!   gemma3:                     Norm(attn_norm) Qkv QkNorm Rope Attention
+//!                               Residual(attn_output, post_attention_norm) Norm(ffn_norm) MlpIn
+//!                               Act(GeGlu) Residual(ffn_down, post_ffw_norm)
 //!
 //! A product index `p` is the table's (`tensors::products`): the matrices one input feeds.
 //! Letters: C width, H / Hkv heads, D head size.
@@ -23,11 +26,13 @@ pub enum NormKind {
     Layer,
 }
 
-/// The MLP's activation: `silu(gate) * up` over the gate|up product, or GELU (tanh form).
+/// The MLP's activation: `silu(gate) * up` over the gate|up product, GELU (tanh form), or
+/// `gelu(gate) * up` (Gemma's GeGLU).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Act {
     SwiGlu,
     Gelu,
+    GeGlu,
 }
 
 /// One operation of a block. x is the residual stream (rows, C), h a normalised copy of it.
@@ -57,9 +62,15 @@ pub enum Op {
     MlpIn { p: usize },
     /// The MLP's activation of MlpIn's output.
     Act(Act),
-    /// x += product `p` of the previous op's output (`attn_output`, `ssm_out`, `ffn_down`);
-    /// `tap` names the product's output for activation taps (`model::tap`).
-    Residual { p: usize, tap: &'static str },
+    /// x += product `p` of the previous op's output (`attn_output`, `ssm_out`, `ffn_down`),
+    /// RMS-normalised first by `{post}.weight` where the family has a post-norm (Gemma 3:
+    /// `post_attention_norm`, `post_ffw_norm`); `tap` names the product's output for
+    /// activation taps (`model::tap`).
+    Residual {
+        p: usize,
+        tap: &'static str,
+        post: Option<&'static str>,
+    },
 }
 
 /// A block of one family and layer kind: its norm and its operations in run order.
@@ -75,7 +86,12 @@ impl BlockDef {
     pub fn new(arch: Arch, kind: LayerKind) -> Self {
         let gpt2 = arch.is_gpt2();
         let qwen35 = arch == Arch::Qwen35;
-        let act = if gpt2 { Act::Gelu } else { Act::SwiGlu };
+        let gemma = arch == Arch::Gemma3;
+        let act = match arch {
+            Arch::Gpt2 => Act::Gelu,
+            Arch::Gemma3 => Act::GeGlu,
+            _ => Act::SwiGlu,
+        };
         let mut ops = vec![Op::Norm { name: "attn_norm" }];
         let mut p = 0;
         let mixer_out = "attn_out";
@@ -99,7 +115,12 @@ impl BlockDef {
                 }
             }
         }
-        ops.push(Op::Residual { p, tap: mixer_out });
+        let post = |name| gemma.then_some(name);
+        ops.push(Op::Residual {
+            p,
+            tap: mixer_out,
+            post: post("post_attention_norm"),
+        });
         let ffn_norm = if qwen35 {
             "post_attention_norm"
         } else {
@@ -112,6 +133,7 @@ impl BlockDef {
             Op::Residual {
                 p: p + 2,
                 tap: "ffn_out",
+                post: post("post_ffw_norm"),
             },
         ]);
         let norm = if gpt2 { NormKind::Layer } else { NormKind::Rms };
@@ -138,12 +160,13 @@ mod tests {
     use crate::model::tensors::{block_tensors, products, BlockShape, Role};
     use tinynn::layers::gdn::GdnShape;
 
-    const FAMILIES: [Arch; 5] = [
+    const FAMILIES: [Arch; 6] = [
         Arch::Llama,
         Arch::Qwen2,
         Arch::Qwen3,
         Arch::Gpt2,
         Arch::Qwen35,
+        Arch::Gemma3,
     ];
 
     fn shape() -> BlockShape {
@@ -194,7 +217,10 @@ mod tests {
                         Role::Norm | Role::Bias => match base {
                             "attn_q_norm" | "attn_k_norm" => has(Op::QkNorm),
                             "ssm_norm" => has(Op::DeltaNet),
-                            n => has(Op::Norm { name: n }),
+                            n => has(Op::Norm { name: n })
+                                || def.ops.iter().any(
+                                    |o| matches!(o, Op::Residual { post: Some(q), .. } if *q == n),
+                                ),
                         },
                         Role::Conv | Role::DtBias | Role::ALog => has(Op::DeltaNet),
                     };

@@ -153,6 +153,10 @@ pub fn block_tensors(arch: Arch, kind: LayerKind, s: &BlockShape) -> Vec<Tensor>
     }
     match arch {
         Arch::Qwen35 => b.add("post_attention_norm.weight", &[c], Role::Norm),
+        Arch::Gemma3 => {
+            b.add("post_attention_norm.weight", &[c], Role::Norm);
+            b.add("ffn_norm.weight", &[c], Role::Norm);
+        }
         _ => b.add("ffn_norm.weight", &[c], Role::Norm),
     }
     if gpt2 {
@@ -168,6 +172,9 @@ pub fn block_tensors(arch: Arch, kind: LayerKind, s: &BlockShape) -> Vec<Tensor>
     b.mat("ffn_down.weight", c, f, true);
     if gpt2 {
         b.add("ffn_down.bias", &[c], Role::Bias);
+    }
+    if arch == Arch::Gemma3 {
+        b.add("post_ffw_norm.weight", &[c], Role::Norm);
     }
     b.t
 }

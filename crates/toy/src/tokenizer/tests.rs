@@ -86,7 +86,10 @@ fn unsupported_model_is_an_error() {
     s.model = "ugm".into();
     let err = Tokenizer::from_spec(s).err().expect("must fail");
     let msg = err.to_string();
-    assert!(msg.contains("\"ugm\"") && msg.contains("\"llama\" (SentencePiece)"), "{msg}");
+    assert!(
+        msg.contains("\"ugm\"") && msg.contains("\"llama\" (SentencePiece)"),
+        "{msg}"
+    );
 }
 
 #[test]

@@ -170,6 +170,7 @@ impl Block {
                         tinynn::kernels::act::gelu(&mut a.act[..n * f]);
                     }
                     Act::Gelu => gelu_forward(&a.ff[..n * f], &mut a.act[..n * f]),
+                    Act::GeGlu => unreachable!("the trainer refuses gemma3 (ModelSpec::validate)"),
                 }
             }
             Op::Residual { p: i, .. } => {
@@ -239,6 +240,7 @@ impl Block {
             Op::Act(act) => match act {
                 Act::SwiGlu => swiglu_backward(&s.dact, &a.ff, &mut s.dff, n, f),
                 Act::Gelu => gelu_backward(&s.dact[..n * f], &a.ff[..n * f], &mut s.dff[..n * f]),
+                Act::GeGlu => unreachable!("the trainer refuses gemma3 (ModelSpec::validate)"),
             },
             Op::MlpIn { p: i } => {
                 let h = &a.norms[at.norm - 1].h;

@@ -108,6 +108,8 @@ impl TryFrom<ModelSpec> for ModelConfig {
             gdn: h.map(|h| h.gdn_shape(s.norm_eps)),
             tied: s.tied,
             rope_freqs: s.rope_freqs,
+            embd_scale: None,
+            swa: None,
         };
         Ok(Self {
             shape,
@@ -216,6 +218,11 @@ impl ModelSpec {
             if v == 0 || v > MAX_DIM {
                 return bad(format!("{name} = {v}, expected 1..={MAX_DIM}"));
             }
+        }
+        if self.arch == Arch::Gemma3 {
+            // its block runs for inference only: the trainer has no sliding window, post-norms
+            // or GELU gate yet
+            return bad("gemma3 runs for inference (generate, chat, score, eval, serve); training and fine-tuning it are not built yet".into());
         }
         match (&self.hybrid, self.arch) {
             (Some(h), Arch::Qwen35) => h.validate(self.n_layer)?,

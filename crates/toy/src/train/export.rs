@@ -66,7 +66,8 @@ pub fn to_gguf(
     w.add_metadata(k("feed_forward_length"), u32v(cfg.d_ff));
     w.add_metadata(k("attention.head_count"), u32v(cfg.n_head));
     match cfg.arch {
-        Arch::Llama | Arch::Qwen2 | Arch::Qwen3 => {
+        // gemma3 never gets here: the trainer refuses it (`ModelSpec::validate`)
+        Arch::Llama | Arch::Qwen2 | Arch::Qwen3 | Arch::Gemma3 => {
             w.add_metadata(k("attention.head_count_kv"), u32v(cfg.n_kv_head));
             w.add_metadata(
                 k("attention.layer_norm_rms_epsilon"),

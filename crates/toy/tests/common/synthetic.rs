@@ -49,6 +49,9 @@ pub struct Spec {
     /// Llama3 `rope_freqs.weight` divisors.
     pub rope_freqs: bool,
     pub neox: bool,
+    /// Gemma 3: embeddings times sqrt(C), post-norms, GELU gate, and a sliding window of
+    /// this many positions on every layer but each third (base 10000 there); 0: none.
+    pub swa: usize,
 }
 
 pub const LLAMA: Spec = Spec {
@@ -68,6 +71,7 @@ pub const LLAMA: Spec = Spec {
     qk_norm: false,
     rope_freqs: false,
     neox: false,
+    swa: 0,
 };
 pub const LLAMA_OUTPUT: Spec = Spec {
     output: true,
@@ -101,7 +105,19 @@ pub const GPT2: Spec = Spec {
     n_kv: 4,
     ..LLAMA
 };
-pub const ALL: [Spec; 6] = [LLAMA, LLAMA_OUTPUT, LLAMA3, QWEN2, QWEN3, GPT2];
+/// Three layers, the first two local with a window of 4 (of the test's 10 tokens).
+pub const GEMMA3: Spec = Spec {
+    arch: "gemma3",
+    n_layer: 3,
+    d: 16,
+    qk_norm: true,
+    neox: true,
+    eps: 1e-6,
+    base: 50.0,
+    swa: 4,
+    ..LLAMA
+};
+pub const ALL: [Spec; 7] = [LLAMA, LLAMA_OUTPUT, LLAMA3, QWEN2, QWEN3, GPT2, GEMMA3];
 
 /// Named f32 tensors with GGUF dims ([K, N] for a matrix of N rows of K).
 pub struct Tensors(pub Vec<(String, Vec<u64>, Vec<f32>)>);
@@ -192,6 +208,10 @@ pub fn weights(s: &Spec) -> Tensors {
             t.add(&mut r, p("attn_k_norm.weight"), &[s.d], 1.0, 0.8);
         }
         t.add(&mut r, p("attn_output.weight"), &[q, c], 0.0, lin(q));
+        if s.swa > 0 {
+            t.add(&mut r, p("post_attention_norm.weight"), &[c], 1.0, 0.3);
+            t.add(&mut r, p("post_ffw_norm.weight"), &[c], 1.0, 0.3);
+        }
         t.add(&mut r, p("ffn_norm.weight"), &[c], 1.0, 0.3);
         t.add(&mut r, p("ffn_gate.weight"), &[c, ff], 0.0, 2.0 * lin(c));
         t.add(&mut r, p("ffn_up.weight"), &[c, ff], 0.0, 2.0 * lin(c));
@@ -235,6 +255,16 @@ pub fn gguf_with(s: &Spec, tensors: &Tensors, ty_of: impl Fn(&str) -> GgmlType) 
     };
     w.add_metadata(format!("{a}.{eps}"), Value::F32(s.eps));
     w.add_metadata(format!("{a}.rope.freq_base"), Value::F32(s.base));
+    if s.swa > 0 {
+        w.add_metadata(
+            format!("{a}.attention.sliding_window"),
+            Value::U32(s.swa as u32),
+        );
+        w.add_metadata(
+            format!("{a}.attention.sliding_window_pattern"),
+            Value::U32(3),
+        );
+    }
     for (name, dims, data) in &tensors.0 {
         let ty = if dims.len() == 2 {
             ty_of(name)
@@ -269,6 +299,19 @@ pub enum Bug {
     NoRopeFreqs,
     /// Ignore `rope.freq_base` (use the default 10000).
     DefaultBase,
+    /// Gemma 3's: attend to every position on the local layers.
+    NoWindow,
+    /// Gemma 3's: skip the norms after attention and the MLP.
+    NoPostNorm,
+    /// Gemma 3's: embeddings not scaled by sqrt(C).
+    NoEmbdScale,
+    /// Gemma 3's: the local layers turn by `rope.freq_base` too.
+    OneBase,
+}
+
+/// Whether layer `l` of `s` is a sliding-window layer (every layer but each third).
+fn local(s: &Spec, l: usize) -> bool {
+    s.swa > 0 && l % 3 < 2
 }
 
 /// x (T, K) W^T + b, W stored as N rows of K -> (T, N).
@@ -325,8 +368,16 @@ fn rope(x: &mut [f32], d: usize, pos: usize, base: f32, neox: bool, ff: Option<&
     }
 }
 
-/// Full causal softmax attention: q (T, H*D), k, v (T, Hkv*D) -> (T, H*D).
-fn attention(q: &[f32], k: &[f32], v: &[f32], s: &Spec, bug: Option<Bug>) -> Vec<f32> {
+/// Causal softmax attention over the last `window` positions (all with 0): q (T, H*D), k, v
+/// (T, Hkv*D) -> (T, H*D).
+fn attention(
+    q: &[f32],
+    k: &[f32],
+    v: &[f32],
+    s: &Spec,
+    bug: Option<Bug>,
+    window: usize,
+) -> Vec<f32> {
     let (h, hkv, d) = (s.n_head, s.n_kv, s.d);
     let t = q.len() / (h * d);
     let mut out = vec![0f32; q.len()];
@@ -339,7 +390,12 @@ fn attention(q: &[f32], k: &[f32], v: &[f32], s: &Spec, bug: Option<Bug>) -> Vec
             };
             let qv = &q[(i * h + hd) * d..][..d];
             let kv_row = |m: &[f32], j: usize| m[(j * hkv + g) * d..][..d].to_vec();
-            let sc: Vec<f32> = (0..=i)
+            let first = if window > 0 {
+                (i + 1).saturating_sub(window)
+            } else {
+                0
+            };
+            let sc: Vec<f32> = (first..=i)
                 .map(|j| qv.iter().zip(kv_row(k, j)).map(|(a, b)| a * b).sum::<f32>())
                 .map(|x| x / (d as f32).sqrt())
                 .collect();
@@ -347,7 +403,7 @@ fn attention(q: &[f32], k: &[f32], v: &[f32], s: &Spec, bug: Option<Bug>) -> Vec
             let e: Vec<f32> = sc.iter().map(|x| (x - max).exp()).collect();
             let sum: f32 = e.iter().sum();
             let o = &mut out[(i * h + hd) * d..][..d];
-            for (j, ej) in e.iter().enumerate() {
+            for (j, ej) in (first..).zip(&e) {
                 o.iter_mut()
                     .zip(kv_row(v, j))
                     .for_each(|(a, b)| *a += ej / sum * b);
@@ -393,7 +449,7 @@ pub fn reference(s: &Spec, w: &Tensors, tokens: &[u32], bug: Option<Bug>) -> Vec
                     .flat_map(|r| r[i * c..][..c].to_vec())
                     .collect()
             };
-            let att = attention(&part(0), &part(1), &part(2), s, bug);
+            let att = attention(&part(0), &part(1), &part(2), s, bug, 0);
             add(&mut x, &lin(&att, "attn_output", c));
             let mut a = lin(&ln(&x, "ffn_norm"), "ffn_up", c);
             for u in a.iter_mut() {
@@ -419,7 +475,19 @@ pub fn reference(s: &Spec, w: &Tensors, tokens: &[u32], bug: Option<Bug>) -> Vec
     } else {
         s.base
     };
+    if s.swa > 0 && bug != Some(Bug::NoEmbdScale) {
+        x.iter_mut().for_each(|v| *v *= (c as f32).sqrt());
+    }
+    let post = |l: usize, y: Vec<f32>, n: &str| match s.swa > 0 && bug != Some(Bug::NoPostNorm) {
+        true => rmsnorm(&y, w.w(&p(l, &format!("{n}.weight"))), s.eps),
+        false => y,
+    };
     for l in 0..s.n_layer {
+        let (base, window) = match local(s, l) {
+            true if bug == Some(Bug::OneBase) => (base, s.swa),
+            true => (10000.0, if bug == Some(Bug::NoWindow) { 0 } else { s.swa }),
+            false => (base, 0),
+        };
         let lin = |x: &[f32], n: &str, k: usize| {
             linear(
                 x,
@@ -442,16 +510,22 @@ pub fn reference(s: &Spec, w: &Tensors, tokens: &[u32], bug: Option<Bug>) -> Vec
             rope(&mut q[i * qd..][..qd], s.d, i, base, neox, freqs);
             rope(&mut k[i * kvd..][..kvd], s.d, i, base, neox, freqs);
         }
-        let att = attention(&q, &k, &v, s, bug);
-        add(&mut x, &lin(&att, "attn_output", qd));
+        let att = attention(&q, &k, &v, s, bug, window);
+        add(
+            &mut x,
+            &post(l, lin(&att, "attn_output", qd), "post_attention_norm"),
+        );
         let h = rmsnorm(&x, w.w(&p(l, "ffn_norm.weight")), s.eps);
         let (g, u) = (lin(&h, "ffn_gate", c), lin(&h, "ffn_up", c));
         let a: Vec<f32> = g
             .iter()
             .zip(&u)
-            .map(|(g, u)| g / (1.0 + (-g).exp()) * u)
+            .map(|(&g, u)| match s.swa > 0 {
+                true => 0.5 * g * (1.0 + (0.797_884_6 * g * (1.0 + 0.044715 * g * g)).tanh()) * u,
+                false => g / (1.0 + (-g).exp()) * u,
+            })
             .collect();
-        add(&mut x, &lin(&a, "ffn_down", s.ff));
+        add(&mut x, &post(l, lin(&a, "ffn_down", s.ff), "post_ffw_norm"));
     }
     let h = rmsnorm(&x, w.w("output_norm.weight"), s.eps);
     linear(&h, w.get("output.weight").unwrap_or(emb), None, c)
