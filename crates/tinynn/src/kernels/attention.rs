@@ -37,9 +37,11 @@ pub fn causal_attention(
     out: &mut [f32],
 ) {
     let (h, d) = (s.n_head, s.head_dim);
+    // the tiled kernel has no window: it runs where the window reaches back to position 0
+    let t = out.len() / (h * d);
     if !s.f16_accumulate
-        && s.window.is_none()
-        && out.len() > h * d
+        && s.window.is_none_or(|w| pos0 + t <= w)
+        && t > 1
         && super::attention_tiled::supports(d)
     {
         return super::attention_tiled::causal_attention_tiled(q, k, v, s, pos0, out);

@@ -24,11 +24,11 @@ thread_local! {
     static SCRATCH: std::cell::RefCell<Vec<f32>> = const { std::cell::RefCell::new(Vec::new()) };
 }
 
-/// Whether this CPU and head size take the tiled kernel (AVX-512 F/DQ, D = 64 or 128).
+/// Whether this CPU and head size take the tiled kernel (AVX-512 F/DQ, D = 64, 128 or 256).
 pub fn supports(d: usize) -> bool {
     #[cfg(target_arch = "x86_64")]
     {
-        (d == 64 || d == 128)
+        matches!(d, 64 | 128 | 256)
             && super::dot::simd_level() == super::dot::SimdLevel::Avx512
             && is_x86_feature_detected!("avx512dq")
     }
@@ -65,10 +65,10 @@ pub fn causal_attention_tiled(
         // KV head (asserted); this task alone writes the rows of heads of KV head `kv` of
         // tokens t0..t0+tn.
         unsafe {
-            if d == 64 {
-                avx512::tile::<4>(q, k, v, &s, kv, t0..t0 + tn, pos0, o)
-            } else {
-                avx512::tile::<8>(q, k, v, &s, kv, t0..t0 + tn, pos0, o)
+            match d {
+                64 => avx512::tile::<4>(q, k, v, &s, kv, t0..t0 + tn, pos0, o),
+                128 => avx512::tile::<8>(q, k, v, &s, kv, t0..t0 + tn, pos0, o),
+                _ => avx512::tile::<16>(q, k, v, &s, kv, t0..t0 + tn, pos0, o),
             }
         };
         #[cfg(not(target_arch = "x86_64"))]
@@ -317,6 +317,7 @@ mod tests {
             (64, 4, 4, 17, 5),
             (128, 6, 2, 33, 21),
             (64, 3, 1, 1, 0),
+            (256, 4, 1, 35, 9),
         ] {
             let ctx = pos0 + t + 3;
             let halves = |seed| -> Vec<f16> {
