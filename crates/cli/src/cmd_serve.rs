@@ -28,6 +28,20 @@ pub struct Args {
     /// Require 'Authorization: Bearer KEY' on the API routes.
     #[arg(long)]
     api_key: Option<String>,
+    /// Origins browsers may call from (CORS): "*" any, "localhost" local pages only, "none",
+    /// or a comma-separated list such as http://localhost:3000.
+    #[arg(long, default_value = "*", value_name = "ORIGINS")]
+    cors_origins: String,
+    /// Any origin may call (the default; as --cors-origins '*').
+    #[arg(long, conflicts_with = "cors_origins")]
+    cors_allow_all: bool,
+    /// Another name the first model answers to (repeatable).
+    #[arg(long = "alias", value_name = "NAME")]
+    aliases: Vec<String>,
+    /// Refuse requests naming a model that is not served, even when one model is served (by
+    /// default it answers them, under its own name).
+    #[arg(long)]
+    exact_model: bool,
     /// Sequences decoded together per model (KV slots).
     #[arg(long, default_value_t = 8)]
     parallel: usize,
@@ -99,6 +113,12 @@ pub fn run(a: Args, threads: Option<usize>) -> Result<()> {
         host: a.host,
         port: a.port,
         api_key: a.api_key,
+        cors_origins: match a.cors_allow_all {
+            true => "*".into(),
+            false => a.cors_origins,
+        },
+        aliases: a.aliases,
+        exact_model: a.exact_model,
         parallel: a.parallel,
         ctx: a.ctx,
         keep_alive: a.keep_alive.0,

@@ -8,6 +8,7 @@ use toy::finetune::adapter::LoraAdapter;
 use toy::finetune::merge::merged_gguf;
 use toy::gguf::GgufFile;
 use toy::infer::sampler::SamplerConfig;
+use toy::infer::sampler::DEFAULTS;
 use toy::model::Model;
 use toy::tokenizer::Tokenizer;
 
@@ -164,26 +165,30 @@ impl SpecArgs {
     }
 }
 
-/// Sampling flags, named as llama.cpp's.
+/// Sampling flags, named as llama.cpp's, with its defaults (`toy::infer::sampler::DEFAULTS`,
+/// which the server's request fields fall back to as well).
 #[derive(Args, Clone, Debug)]
 pub struct SamplingArgs {
     /// Temperature; 0 is greedy.
-    #[arg(long = "temp", default_value_t = 0.8)]
+    #[arg(long = "temp", default_value_t = DEFAULTS.temperature)]
     pub temperature: f32,
-    #[arg(long, default_value_t = 40)]
+    /// Keep the k most likely tokens; 0 keeps all.
+    #[arg(long, default_value_t = DEFAULTS.top_k)]
     pub top_k: usize,
-    #[arg(long, default_value_t = 0.95)]
+    /// Keep the smallest set whose probability reaches p; 1 keeps all.
+    #[arg(long, default_value_t = DEFAULTS.top_p)]
     pub top_p: f32,
-    #[arg(long, default_value_t = 0.05)]
+    /// Drop tokens less likely than min_p times the most likely; 0 keeps all.
+    #[arg(long, default_value_t = DEFAULTS.min_p)]
     pub min_p: f32,
-    #[arg(long, default_value_t = 1.0)]
+    #[arg(long, default_value_t = DEFAULTS.repeat_penalty)]
     pub repeat_penalty: f32,
-    #[arg(long, default_value_t = 0.0)]
+    #[arg(long, default_value_t = DEFAULTS.presence_penalty)]
     pub presence_penalty: f32,
-    #[arg(long, default_value_t = 0.0)]
+    #[arg(long, default_value_t = DEFAULTS.frequency_penalty)]
     pub frequency_penalty: f32,
     /// How many recent tokens the penalties look at.
-    #[arg(long, default_value_t = 64)]
+    #[arg(long, default_value_t = DEFAULTS.penalty_last_n)]
     pub repeat_last_n: usize,
     /// Logit bias as TOKEN_ID=BIAS (repeatable; BIAS may be -inf).
     #[arg(long = "logit-bias", value_parser = parse_bias)]

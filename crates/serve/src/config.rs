@@ -42,6 +42,15 @@ pub struct ServeConfig {
     pub clock: Clock,
     /// Speculative decoding (`--draft`, `--spec ngram`).
     pub spec: SpecConfig,
+    /// Origins a browser may call from (CORS, as llama-server's `--cors-origins`): "*" any
+    /// origin (echoed back, with credentials), "localhost" only local pages, "none" no CORS
+    /// headers, or a comma-separated list of origins.
+    pub cors_origins: String,
+    /// Further names the first model answers to (`--alias`, repeatable).
+    pub aliases: Vec<String>,
+    /// Refuse a request naming a model not served even when one model is served (by default
+    /// that one answers it, as llama-server does, with its own name in the reply).
+    pub exact_model: bool,
 }
 
 /// Speculative decoding settings: off when neither a draft nor prompt lookup is chosen.
@@ -92,6 +101,9 @@ impl Default for ServeConfig {
             threads: None,
             clock: Clock::real(),
             spec: SpecConfig::default(),
+            cors_origins: "*".into(),
+            aliases: Vec::new(),
+            exact_model: false,
         }
     }
 }

@@ -77,7 +77,7 @@ impl AppState {
     /// The model a request names in `model` (loading it if needed).
     async fn model(&self, f: &Fields) -> Result<Arc<models::LoadedModel>, ApiError> {
         let id = f.str("model")?;
-        let entry = self.registry.find(id)?;
+        let entry = self.registry.resolve(id)?;
         self.registry.get(entry).await
     }
 }

@@ -100,6 +100,10 @@ impl Entry {
 pub struct Registry {
     pub entries: Vec<Entry>,
     ctx: usize,
+    /// Further names of the first model (`--alias`).
+    aliases: Vec<String>,
+    /// Requests must name a served model exactly (`--exact-model`).
+    exact: bool,
     /// The `--lora` adapters every model is loaded with.
     pub loras: Arc<Adapters>,
 }
@@ -168,7 +172,27 @@ impl Registry {
             entries,
             ctx,
             loras,
+            aliases: Vec::new(),
+            exact: false,
         })
+    }
+
+    /// `aliases` name the first model too; with `exact`, a request naming no served model
+    /// is refused even when one model is served.
+    pub fn with_names(mut self, aliases: &[String], exact: bool) -> Self {
+        self.aliases = aliases.to_vec();
+        self.exact = exact;
+        self
+    }
+
+    /// The entry a request for `id` runs on: the model of that id or alias; any other name
+    /// when one model is served (as llama-server answers `gpt-3.5-turbo` with its model,
+    /// under its own name), unless names must be exact.
+    pub fn resolve(&self, id: Option<&str>) -> Result<&Entry, ApiError> {
+        match self.find(id) {
+            Err(_) if !self.exact && self.entries.len() == 1 => Ok(&self.entries[0]),
+            r => r,
+        }
     }
 
     pub fn ids(&self) -> Vec<String> {
@@ -178,6 +202,7 @@ impl Registry {
     /// The entry a request names; with one model served, `model` may be left out.
     pub fn find(&self, id: Option<&str>) -> Result<&Entry, ApiError> {
         match id {
+            Some(id) if self.aliases.iter().any(|a| a == id) => Ok(&self.entries[0]),
             Some(id) => self
                 .entries
                 .iter()

@@ -1,5 +1,5 @@
 //! Putting a server together: the model registry, the engine thread, the routes with their
-//! layers (request counting outermost, then the API key check), and a listener on a small
+//! layers (request counting outermost, then CORS, then the API key check), and a listener on a small
 //! tokio runtime (two threads: the model's threads get the cores).
 
 use crate::api::{chat, completions, embeddings, lora, misc, runs};
@@ -79,6 +79,77 @@ async fn check_key(State(state): State<AppState>, req: Request, next: Next) -> R
     }
 }
 
+/// The `Access-Control-Allow-Origin` a request from `origin` gets under `allowed` (see
+/// `ServeConfig::cors_origins`), if any.
+fn cors_origin(allowed: &str, origin: &str) -> Option<String> {
+    let local = |o: &str| {
+        let host = o.split("://").nth(1).unwrap_or(o);
+        let host = host.rsplit_once(':').map_or(host, |(h, port)| {
+            if port.chars().all(|c| c.is_ascii_digit()) {
+                h
+            } else {
+                host
+            }
+        });
+        matches!(host, "localhost" | "127.0.0.1" | "[::1]")
+    };
+    match allowed.trim() {
+        "none" | "" => None,
+        "*" => Some(origin.to_string()),
+        "localhost" => local(origin).then(|| origin.to_string()),
+        list => list
+            .split(',')
+            .map(str::trim)
+            .any(|o| o == origin)
+            .then(|| origin.to_string()),
+    }
+}
+
+/// CORS as llama-server answers it: a preflight (`OPTIONS`) is answered here, before the API
+/// key check (browsers send no key with it), and every reply to an allowed origin carries
+/// `Access-Control-Allow-Origin` (echoed), with credentials allowed.
+async fn cors(State(state): State<AppState>, req: Request, next: Next) -> Response {
+    use axum::http::{HeaderValue, Method};
+    let origin = req
+        .headers()
+        .get(header::ORIGIN)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|o| cors_origin(&state.cfg.cors_origins, o));
+    let preflight = req.method() == Method::OPTIONS;
+    let asked = req
+        .headers()
+        .get(header::ACCESS_CONTROL_REQUEST_HEADERS)
+        .cloned();
+    let mut resp = match preflight {
+        true => StatusCode::NO_CONTENT.into_response(),
+        false => next.run(req).await,
+    };
+    let Some(origin) = origin else {
+        return resp;
+    };
+    let h = resp.headers_mut();
+    if let Ok(v) = HeaderValue::from_str(&origin) {
+        h.insert(header::ACCESS_CONTROL_ALLOW_ORIGIN, v);
+        h.insert(
+            header::ACCESS_CONTROL_ALLOW_CREDENTIALS,
+            HeaderValue::from_static("true"),
+        );
+        h.append(header::VARY, HeaderValue::from_static("Origin"));
+    }
+    if preflight {
+        let methods = HeaderValue::from_static("GET, POST, DELETE, OPTIONS");
+        h.insert(header::ACCESS_CONTROL_ALLOW_METHODS, methods);
+        // "*" does not cover Authorization: name the headers the browser asked for
+        let headers = asked.unwrap_or(HeaderValue::from_static("*"));
+        h.insert(header::ACCESS_CONTROL_ALLOW_HEADERS, headers);
+        h.insert(
+            header::ACCESS_CONTROL_MAX_AGE,
+            HeaderValue::from_static("86400"),
+        );
+    }
+    resp
+}
+
 pub fn router(state: AppState) -> Router {
     Router::new()
         .route("/", get(misc::index))
@@ -97,6 +168,7 @@ pub fn router(state: AppState) -> Router {
         .fallback(misc::not_found)
         .method_not_allowed_fallback(misc::method_not_allowed)
         .layer(middleware::from_fn_with_state(state.clone(), check_key))
+        .layer(middleware::from_fn_with_state(state.clone(), cors))
         .layer(middleware::from_fn_with_state(
             state.clone(),
             count_requests,
@@ -156,13 +228,16 @@ fn prepare(cfg: ServeConfig) -> Result<Prepared, ServeError> {
             "--parallel, the queue and the prefill chunk must be at least 1".into(),
         ));
     }
-    let registry = Arc::new(Registry::new(
-        &cfg.models,
-        cfg.models_dir.as_deref(),
-        cfg.ctx,
-        cfg.clock.clone(),
-        &cfg.loras,
-    )?);
+    let registry = Arc::new(
+        Registry::new(
+            &cfg.models,
+            cfg.models_dir.as_deref(),
+            cfg.ctx,
+            cfg.clock.clone(),
+            &cfg.loras,
+        )?
+        .with_names(&cfg.aliases, cfg.exact_model),
+    );
     let metrics = Arc::new(Metrics::default());
     let telemetry = Arc::new(Telemetry::open(
         &cfg.runs_dir,

@@ -134,8 +134,11 @@ async fn unsupported_fields_are_refused_by_name() {
 }
 
 #[tokio::test]
-async fn unknown_model_is_404_model_not_found() {
-    let s = shared();
+async fn unknown_model_is_404_model_not_found_when_names_must_be_exact() {
+    let s = start(toy_serve::ServeConfig {
+        exact_model: true,
+        ..config()
+    });
     for (path, body) in [
         (
             "/v1/chat/completions",
@@ -145,7 +148,7 @@ async fn unknown_model_is_404_model_not_found() {
         ("/v1/embeddings", json!({"model": "gpt-4", "input": "x"})),
         ("/tokenize", json!({"model": "gpt-4", "content": "x"})),
     ] {
-        let (st, v) = post(s, path, &body).await;
+        let (st, v) = post(&s, path, &body).await;
         assert_eq!(st, 404, "{path}: {v}");
         assert_eq!(error(&v)["code"], "model_not_found");
         assert_eq!(v["error"]["param"], "model");

@@ -302,9 +302,14 @@ async fn collect(
         "object": object,
         "created": unix_now(),
         "model": m.id,
-        "system_fingerprint": format!("toy-{}", env!("CARGO_PKG_VERSION")),
+        "system_fingerprint": fingerprint(),
         "choices": out,
         "usage": usage,
     }))
     .into_response())
+}
+
+/// The `system_fingerprint` of every reply and streamed chunk: this build.
+pub(crate) fn fingerprint() -> String {
+    format!("toy-{}", env!("CARGO_PKG_VERSION"))
 }

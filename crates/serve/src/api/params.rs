@@ -81,15 +81,21 @@ pub fn sampler(f: &Fields, vocab: usize) -> Result<SamplerConfig, ApiError> {
         None => toy::infer::sampler::fresh_seed(),
     };
     Ok(SamplerConfig {
-        temperature: f.f32_in("temperature", 0.0, 2.0)?.unwrap_or(1.0),
-        top_p: f.f32_in("top_p", 0.0, 1.0)?.unwrap_or(1.0),
+        temperature: f.f32_in("temperature", 0.0, 2.0)?.unwrap_or(d.temperature),
+        top_p: f.f32_in("top_p", 0.0, 1.0)?.unwrap_or(d.top_p),
         top_k: f
             .int_in("top_k", 0, vocab as i64)?
             .unwrap_or(d.top_k as i64) as usize,
         min_p: f.f32_in("min_p", 0.0, 1.0)?.unwrap_or(d.min_p),
-        repeat_penalty: f.f32_in("repeat_penalty", 0.0, 10.0)?.unwrap_or(1.0),
-        presence_penalty: f.f32_in("presence_penalty", -2.0, 2.0)?.unwrap_or(0.0),
-        frequency_penalty: f.f32_in("frequency_penalty", -2.0, 2.0)?.unwrap_or(0.0),
+        repeat_penalty: f
+            .f32_in("repeat_penalty", 0.0, 10.0)?
+            .unwrap_or(d.repeat_penalty),
+        presence_penalty: f
+            .f32_in("presence_penalty", -2.0, 2.0)?
+            .unwrap_or(d.presence_penalty),
+        frequency_penalty: f
+            .f32_in("frequency_penalty", -2.0, 2.0)?
+            .unwrap_or(d.frequency_penalty),
         penalty_last_n: f
             .int_in("repeat_last_n", 0, 1 << 20)?
             .unwrap_or(d.penalty_last_n as i64) as usize,

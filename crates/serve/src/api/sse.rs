@@ -41,6 +41,7 @@ impl Streamer {
             "object": object,
             "created": self.created,
             "model": self.req.model.id,
+            "system_fingerprint": super::gen::fingerprint(),
             "choices": [choice],
         });
         if self.req.include_usage {

@@ -159,6 +159,61 @@ pub fn swiglu_backward(da: &[f32], gu: &[f32], dgu: &mut [f32], n: usize, f: usi
         .for_each(|((dgu, gu), da)| swiglu_bwd(da, gu, dgu, f));
 }
 
+multiversion! {
+    fn geglu_fwd(gu: &[f32], a: &mut [f32], f: usize) {
+        for (row, out) in gu.chunks_exact(2 * f).zip(a.chunks_exact_mut(f)) {
+            let (g, u) = row.split_at(f);
+            for i in 0..f {
+                let v = g[i];
+                let t = tanh_approx(SQRT_2_OVER_PI * v * (1.0 + GELU_C * v * v));
+                out[i] = 0.5 * v * (1.0 + t) * u[i];
+            }
+        }
+    }
+}
+
+multiversion! {
+    fn geglu_bwd(da: &[f32], gu: &[f32], dgu: &mut [f32], f: usize) {
+        for ((row, d), drow) in gu.chunks_exact(2 * f).zip(da.chunks_exact(f)).zip(dgu.chunks_exact_mut(2 * f)) {
+            let (g, u) = row.split_at(f);
+            let (dg, du) = drow.split_at_mut(f);
+            for i in 0..f {
+                let v = g[i];
+                let t = tanh_approx(SQRT_2_OVER_PI * v * (1.0 + GELU_C * v * v));
+                let dinner = SQRT_2_OVER_PI * (1.0 + 3.0 * GELU_C * v * v);
+                du[i] = d[i] * 0.5 * v * (1.0 + t);
+                dg[i] = d[i] * u[i] * (0.5 * (1.0 + t) + 0.5 * v * (1.0 - t * t) * dinner);
+            }
+        }
+    }
+}
+
+/// GeGLU (Shazeer 2020; Gemma's MLP): gu (N, 2F) = [gate | up] per row -> a (N, F) =
+/// gelu(gate) * up, GELU in its tanh form.
+pub fn geglu_forward(gu: &[f32], a: &mut [f32], n: usize, f: usize) {
+    let rows = rows_per_task(2 * f);
+    let (gu, a) = (&gu[..n * 2 * f], &mut a[..n * f]);
+    if n <= rows || in_serial() {
+        return geglu_fwd(gu, a, f);
+    }
+    a.par_chunks_mut(rows * f)
+        .zip(gu.par_chunks(rows * 2 * f))
+        .for_each(|(a, gu)| geglu_fwd(gu, a, f));
+}
+
+/// dgu (N, 2F) from da (N, F), overwriting dgu.
+pub fn geglu_backward(da: &[f32], gu: &[f32], dgu: &mut [f32], n: usize, f: usize) {
+    let rows = rows_per_task(2 * f);
+    let (da, gu, dgu) = (&da[..n * f], &gu[..n * 2 * f], &mut dgu[..n * 2 * f]);
+    if n <= rows || in_serial() {
+        return geglu_bwd(da, gu, dgu, f);
+    }
+    dgu.par_chunks_mut(rows * 2 * f)
+        .zip(gu.par_chunks(rows * 2 * f))
+        .zip(da.par_chunks(rows * f))
+        .for_each(|((dgu, gu), da)| geglu_bwd(da, gu, dgu, f));
+}
+
 /// `y = gelu(x)`, elementwise.
 pub fn gelu_forward(x: &[f32], y: &mut [f32]) {
     const CHUNK: usize = 16384;
@@ -236,5 +291,24 @@ mod tests {
         let mut y = [0.0; 2];
         gelu_forward(&[1.0, -1.0], &mut y);
         assert!((y[0] - 0.841_192).abs() < 1e-5 && (y[1] + 0.158_808).abs() < 1e-5);
+    }
+
+    #[test]
+    fn geglu_backward_matches_finite_differences() {
+        let (n, f) = (3, 8);
+        let gu: Vec<f32> = test_data(n * 2 * f, 5).iter().map(|v| 3.0 * v).collect();
+        let dy = test_data(n * f, 6);
+        let run = |gu: &[f32]| {
+            let mut a = vec![0.0; n * f];
+            geglu_forward(gu, &mut a, n, f);
+            weighted_sum(&dy, &a)
+        };
+        let mut dgu = vec![0.0; n * 2 * f];
+        geglu_backward(&dy, &gu, &mut dgu, n, f);
+        check("geglu", &gu, &dgu, 1e-2, 1e-3, run);
+        // gelu(gate) * up, with ggml's gelu(1) = 0.841192
+        let mut a = vec![0.0; 1];
+        geglu_forward(&[1.0, 2.0], &mut a, 1, 1);
+        assert!((a[0] - 2.0 * 0.841_192).abs() < 1e-5, "{}", a[0]);
     }
 }

@@ -41,20 +41,24 @@ pub struct SamplerConfig {
     pub seed: u64,
 }
 
+/// The one default of every sampling setting, llama.cpp's (`common_params_sampling`): what
+/// `toy generate` / `toy chat` flags and the server's request fields fall back to.
+pub const DEFAULTS: SamplerConfig = SamplerConfig {
+    temperature: 0.8,
+    top_k: 40,
+    top_p: 0.95,
+    min_p: 0.05,
+    repeat_penalty: 1.0,
+    presence_penalty: 0.0,
+    frequency_penalty: 0.0,
+    penalty_last_n: 64,
+    logit_bias: Vec::new(),
+    seed: 0,
+};
+
 impl Default for SamplerConfig {
     fn default() -> Self {
-        Self {
-            temperature: 0.8,
-            top_k: 40,
-            top_p: 0.95,
-            min_p: 0.05,
-            repeat_penalty: 1.0,
-            presence_penalty: 0.0,
-            frequency_penalty: 0.0,
-            penalty_last_n: 64,
-            logit_bias: Vec::new(),
-            seed: 0,
-        }
+        DEFAULTS
     }
 }
 
@@ -362,5 +366,31 @@ mod tests {
             ..Default::default()
         });
         assert!((0..200).all(|_| m.sample(&logits) < 2));
+    }
+
+    /// Temperature divides the logits before the softmax: the kept distribution is
+    /// softmax(l / T) at every T (a sampler that ignored it would give the same at all three).
+    #[test]
+    fn temperature_shapes_the_distribution() {
+        let logits = [2.0f32, 1.0, 0.0, -1.5];
+        for t in [0.5f32, 1.0, 2.0] {
+            let mut s = Sampler::new(SamplerConfig {
+                temperature: t,
+                top_k: 0,
+                top_p: 1.0,
+                min_p: 0.0,
+                ..SamplerConfig::default()
+            });
+            let got = s.distribution(&logits);
+            let z: f64 = logits.iter().map(|&l| ((l / t) as f64).exp()).sum();
+            assert_eq!(got.len(), logits.len());
+            for (id, p) in got {
+                let want = ((logits[id as usize] / t) as f64).exp() / z;
+                assert!((p - want).abs() < 1e-6, "T={t}: p({id}) = {p}, want {want}");
+            }
+        }
+        // the one default is llama.cpp's
+        assert_eq!(SamplerConfig::default().temperature, 0.8);
+        assert_eq!(DEFAULTS.top_p, 0.95);
     }
 }
