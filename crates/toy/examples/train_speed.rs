@@ -32,6 +32,7 @@ fn config(name: &str, arch: Arch) -> (ModelConfig, usize) {
         rope_freqs: None,
         ctx_train: None,
         inference_rounding: false,
+        swa: None,
     })
     .expect("a valid config");
     (cfg, batch)

@@ -22,24 +22,6 @@ use toy::train::{LoraSpec, TrainModel};
 
 const TOKENS: [u32; 8] = [3, 17, 42, 0, 49, 8, 23, 5];
 
-/// The families the trainer takes: every one but gemma3, whose block runs for inference only.
-fn trained() -> impl Iterator<Item = Spec> {
-    ALL.into_iter().filter(|s| s.arch != "gemma3")
-}
-
-#[test]
-fn gemma3_is_refused_by_the_trainer_with_a_clear_error() {
-    let s = ALL
-        .into_iter()
-        .find(|s| s.arch == "gemma3")
-        .expect("a gemma3 spec");
-    let Err(e) = TrainModel::from_base(&file(&s, GgmlType::F32), s.ctx, 1) else {
-        panic!("the trainer must refuse gemma3")
-    };
-    let e = e.to_string();
-    assert!(e.contains("gemma3") && e.contains("not built yet"), "{e}");
-}
-
 fn file(s: &Spec, ty: GgmlType) -> Arc<GgufFile> {
     Arc::new(GgufFile::from_bytes(gguf(s, &weights(s), ty)).expect("synthetic gguf"))
 }
@@ -58,7 +40,7 @@ fn nll(logits: &[f32], v: usize) -> f64 {
 
 #[test]
 fn full_fine_tune_model_gives_the_reference_logits_on_every_family() {
-    for s in trained() {
+    for s in ALL {
         let f = file(&s, GgmlType::F32);
         // a training context shorter than the base's (GPT-2 keeps its whole position table)
         let mut m = TrainModel::from_base(&f, TOKENS.len(), 1).expect(s.arch);
@@ -102,7 +84,7 @@ fn full_fine_tune_model_gives_the_reference_logits_on_every_family() {
 
 #[test]
 fn lora_run_starts_from_the_served_model_on_every_family() {
-    for s in trained() {
+    for s in ALL {
         let f = file(&s, GgmlType::Q8_0);
         let spec = LoraSpec {
             targets: vec!["all-linear".into()],
@@ -164,7 +146,8 @@ fn check_inference_rounding(f: &Arc<GgufFile>, what: &str, on: bool) -> f32 {
 
 #[test]
 fn training_with_inference_rounding_is_cached_inference_on_every_family() {
-    let mut files: Vec<_> = trained()
+    let mut files: Vec<_> = ALL
+        .into_iter()
         .map(|mut s| {
             s.ctx = 80;
             (file(&s, GgmlType::F32), s.arch)

@@ -26,6 +26,9 @@ pub struct Attention {
     /// Each query sees the keys up to its own position (decoders) or all of its sequence
     /// (encoders: ViT's patches and CLS token).
     pub causal: bool,
+    /// Sliding-window attention (Gemma 3's local layers): a query sees its own position and
+    /// the `window - 1` before it only.
+    pub window: Option<usize>,
 }
 
 impl Attention {
@@ -43,7 +46,13 @@ impl Attention {
             n_kv_head,
             head_dim,
             causal: true,
+            window: None,
         }
+    }
+
+    /// The same heads over a sliding window of `window` positions (`None`: every earlier one).
+    pub fn with_window(self, window: Option<usize>) -> Self {
+        Self { window, ..self }
     }
 
     /// The same heads without the causal mask.
@@ -73,6 +82,7 @@ impl Attention {
             t,
             scale: 1.0 / (d as f32).sqrt(),
             causal: self.causal,
+            window: self.window.filter(|_| self.causal).unwrap_or(0),
         }
     }
 
@@ -238,7 +248,8 @@ mod tests {
                         &qkv[(bi * t + r) * s + off..(bi * t + r) * s + off + d]
                     };
                     let seen = if a.causal { i + 1 } else { t };
-                    let sc: Vec<f64> = (0..seen)
+                    let first = a.window.map_or(0, |w| (i + 1).saturating_sub(w));
+                    let sc: Vec<f64> = (first..seen)
                         .map(|r| {
                             row(i, j.q)
                                 .iter()
@@ -250,7 +261,7 @@ mod tests {
                         .collect();
                     let m = sc.iter().cloned().fold(f64::NEG_INFINITY, f64::max);
                     let z: f64 = sc.iter().map(|x| (x - m).exp()).sum();
-                    for (r, x) in sc.iter().enumerate() {
+                    for (r, x) in (first..).zip(&sc) {
                         for c in 0..d {
                             out[(bi * t + i) * nh * d + h * d + c] +=
                                 (x - m).exp() / z * row(r, j.v)[c] as f64;
@@ -269,6 +280,7 @@ mod tests {
             [
                 (t, Attention::new(4, 2, 8)),
                 (t, Attention::new(4, 2, 8).bidirectional()),
+                (t, Attention::new(4, 2, 8).with_window(Some(7))),
             ]
         }) {
             let b = 2;
@@ -295,6 +307,7 @@ mod tests {
         let kinds = [
             Attention::new(4, 2, 4),
             Attention::new(4, 2, 4).bidirectional(),
+            Attention::new(4, 2, 4).with_window(Some(3)),
         ];
         for (b, t, a) in [(2, 5), (1, 70)]
             .into_iter()

@@ -327,6 +327,7 @@ mod tests {
                 t,
                 scale: 1.0 / (d as f32).sqrt(),
                 causal: false,
+                window: 0,
             };
             assert!(takes(&job(0)));
             let run = |small: bool| {

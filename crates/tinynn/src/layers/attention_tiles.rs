@@ -32,6 +32,8 @@ pub(crate) struct HeadJob {
     pub scale: f32,
     /// Row i sees keys 0..=i (language models) or all T keys (encoders such as ViT).
     pub causal: bool,
+    /// Sliding window (causal only): row i sees keys i - window + 1 ..= i; 0: no window.
+    pub window: usize,
 }
 
 thread_local! {
@@ -45,12 +47,16 @@ fn with_scratch<R>(len: usize, f: impl FnOnce(&mut [f32]) -> R) -> R {
 
 multiversion! {
     /// Rows of scores (qb, nk) -> softmax probabilities in place; with `causal` row i sees
-    /// keys 0..=i0+i. Writes each row's log-sum-exp. Whole rows with the masked part at -inf
-    /// (exp gives exactly 0 there), so every loop runs over full vectors.
-    fn softmax_rows(s: &mut [f32], nk: usize, i0: usize, lse: &mut [f32], causal: bool) {
+    /// keys 0..=i0+i (and with a `window` w > 0 only the last w of them). Writes each row's
+    /// log-sum-exp. Whole rows with the masked part at -inf (exp gives exactly 0 there), so
+    /// every loop runs over full vectors.
+    fn softmax_rows(s: &mut [f32], nk: usize, i0: usize, lse: &mut [f32], causal: bool, window: usize) {
         for (i, (row, l)) in s.chunks_exact_mut(nk).zip(lse.iter_mut()).enumerate() {
             if causal {
                 row[i0 + i + 1..].fill(f32::NEG_INFINITY);
+            }
+            if window > 0 {
+                row[..(i0 + i + 1).saturating_sub(window)].fill(f32::NEG_INFINITY);
             }
             let m = max16(row);
             let sum = exp_sum16(row, m);
@@ -72,10 +78,14 @@ multiversion! {
         lse: &[f32],
         di: &[f32],
         causal: bool,
+        window: usize,
     ) {
         for (i, (row, drow)) in s.chunks_exact_mut(nk).zip(dp.chunks_exact_mut(nk)).enumerate() {
             if causal {
                 row[i0 + i + 1..].fill(f32::NEG_INFINITY);
+            }
+            if window > 0 {
+                row[..(i0 + i + 1).saturating_sub(window)].fill(f32::NEG_INFINITY);
             }
             let (l, d) = (lse[i], di[i]);
             for (x, g) in row.iter_mut().zip(drow.iter_mut()) {
@@ -154,7 +164,7 @@ pub(crate) fn head_forward_tiled(qkv: &[f32], job: HeadJob, out: SendPtr, lse: &
             unsafe {
                 // (qb, D) x (D, nk) -> (qb, nk)
                 job.scores(qkv, i0, qb, nk, s);
-                softmax_rows(s, nk, i0, &mut lse[i0..i0 + qb], job.causal);
+                softmax_rows(s, nk, i0, &mut lse[i0..i0 + qb], job.causal, job.window);
                 // (qb, nk) x (nk, D) -> (qb, D)
                 let dst = out.get().add(i0 * out_stride + o);
                 tile_product(
@@ -213,6 +223,7 @@ pub(crate) fn head_backward_tiled(
         t,
         scale,
         causal,
+        window,
     } = job;
     assert!(
         qkv.len() >= t * stride
@@ -253,7 +264,7 @@ pub(crate) fn head_backward_tiled(
                     1,
                     1.0,
                 );
-                grad_rows(s, dp, nk, i0, &lse[i0..i0 + qb], &di[..qb], causal);
+                grad_rows(s, dp, nk, i0, &lse[i0..i0 + qb], &di[..qb], causal, window);
                 // dQ = scale dS K: (qb, nk) x (nk, D)
                 let dq = dqkv.get().add(i0 * stride + q);
                 tile_product(

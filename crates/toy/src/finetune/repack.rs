@@ -208,6 +208,7 @@ mod tests {
             rope_freqs: None,
             ctx_train: None,
             inference_rounding: false,
+            swa: None,
         })
         .expect("a valid config");
         let (b, t) = (6, 12);

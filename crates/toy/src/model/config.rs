@@ -124,7 +124,7 @@ pub struct Config {
 /// Sliding-window attention: which layers attend to the last `window` positions only, and
 /// the RoPE base those layers turn by (the others use `rope_base`), as llama.cpp's
 /// `LLAMA_SWA_TYPE_STANDARD`: query p sees key p0 when p - p0 < window.
-#[derive(Clone, Debug, PartialEq)]
+#[derive(Clone, Debug, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct Swa {
     pub window: usize,
     pub layers: Vec<bool>,

@@ -16,7 +16,7 @@ pub mod tap;
 pub mod tensors;
 pub mod weights;
 
-pub use config::{Arch, Config, KNOWN_ARCHS};
+pub use config::{Arch, Config, Swa, KNOWN_ARCHS};
 pub use error::ModelError;
 pub use hybrid_config::LayerKind;
 pub use state::{Logits, State};

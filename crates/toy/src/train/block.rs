@@ -87,6 +87,14 @@ pub(crate) struct NormActs {
     pub rstd: Vec<f32>,
 }
 
+/// A post-normed Residual's saved values: the product's output before the norm `y`, the
+/// normalised output `h` added to the stream (both (N, C)), and the norm's rstd (N).
+pub(crate) struct PostActs {
+    pub y: Vec<f32>,
+    pub h: Vec<f32>,
+    pub rstd: Vec<f32>,
+}
+
 /// What one block keeps from its forward for the backward, for up to N rows. Buffers of
 /// ops the block does not run are empty.
 pub(crate) struct BlockActs {
@@ -109,6 +117,8 @@ pub(crate) struct BlockActs {
     /// MLP pre-activation: gate|up (N, 2F) or up (N, F); activation (N, F).
     pub ff: Vec<f32>,
     pub act: Vec<f32>,
+    /// Per Residual op with a post-norm (Gemma 3), what it keeps; `None` for the others.
+    pub posts: Vec<Option<PostActs>>,
     /// Per product, the LoRA intermediates x A^T (empty without adapters).
     pub u: Vec<Vec<f32>>,
     /// The adapters' input dropout of this block for this pass (the backward regenerates
@@ -130,6 +140,8 @@ pub(crate) struct Scratch {
     pub dff: Vec<f32>,
     pub dact: Vec<f32>,
     pub dqk: Vec<f32>,
+    /// Gradient of a post-normed product's output (N, C).
+    pub dpost: Vec<f32>,
     pub gdn: Option<GdnScratch>,
 }
 
@@ -149,6 +161,8 @@ pub(crate) struct Block {
     pub(super) gdn: Option<DeltaNet>,
     /// K/V and GPT-2's GELU rounded as inference does (`ModelConfig::inference_rounding`).
     pub(super) inference_rounding: bool,
+    /// A sliding-window layer's own RoPE table (Gemma 3's local layers turn by base 10000).
+    pub(super) rope_local: Option<tinynn::layers::rope::Rope>,
 }
 
 /// Which saved buffer an op left its output in: the input of the Residual after it.
@@ -191,6 +205,18 @@ impl Block {
             hkv: cfg.n_kv_head,
         });
         let gdn = cfg.gdn.filter(|_| def.ops.contains(&Op::DeltaNet));
+        // a sliding-window layer: its window, and its RoPE base
+        let local = cfg.swa.as_ref().filter(|w| w.layers[l]);
+        let rope_local = local.map(|w| {
+            let spec = tinynn::layers::rope::RopeSpec {
+                head_dim: d,
+                n_rot: cfg.rope_dim,
+                neox: cfg.arch.rope_neox(),
+                base: w.rope_base,
+                freq_factors: cfg.rope_freqs.clone(),
+            };
+            tinynn::layers::rope::Rope::with(&spec, cfg.ctx)
+        });
         Self {
             r,
             c,
@@ -203,10 +229,11 @@ impl Block {
             },
             norm: Norm::new(cfg),
             lins,
-            attn: Attention::new(cfg.n_head, cfg.n_kv_head, d),
+            attn: Attention::new(cfg.n_head, cfg.n_kv_head, d).with_window(local.map(|w| w.window)),
             qk_norm,
             gdn: gdn.map(|sh| DeltaNet::new(sh, cfg.ctx)),
             inference_rounding: cfg.inference_rounding,
+            rope_local,
             def,
         }
     }
@@ -266,6 +293,15 @@ impl Block {
             gdn: self.gdn.as_ref().map(|g| g.acts(b)),
             ff: z(n * self.mlp_width()),
             act: z(n * self.f),
+            posts: (self.r.posts.iter())
+                .map(|p| {
+                    p.as_ref().map(|_| PostActs {
+                        y: z(n * self.c),
+                        h: z(n * self.c),
+                        rstd: z(n),
+                    })
+                })
+                .collect(),
             u: self.lins.iter().map(|l| z(n * l.u_width())).collect(),
             drop: None,
         }
@@ -288,6 +324,7 @@ impl Block {
             dff: most(&|b| n * b.mlp_width()),
             dact: most(&|b| n * b.f),
             dqk: most(&|b| b.qk_norm.as_ref().map_or(0, |q| q.scratch_len(n))),
+            dpost: most(&|b| n * b.c * b.r.posts.iter().any(Option::is_some) as usize),
             gdn: blocks
                 .iter()
                 .find_map(|b| b.gdn.as_ref().map(|g| g.scratch(n))),

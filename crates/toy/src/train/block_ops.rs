@@ -9,7 +9,8 @@
 use super::block::{Block, BlockActs, Cur, Scratch};
 use super::lin::grad2;
 use crate::model::ops::{Act, BlockDef, Op};
-use tinynn::layers::act::{gelu_backward, gelu_forward, swiglu_backward, swiglu_forward};
+use tinynn::layers::act::{geglu_backward, geglu_forward, gelu_backward, gelu_forward};
+use tinynn::layers::act::{swiglu_backward, swiglu_forward};
 use tinynn::layers::rope::RopeAt;
 
 /// Where a walk over a block's ops is.
@@ -47,6 +48,8 @@ impl Block {
         b: usize,
         t: usize,
     ) {
+        // a sliding-window layer turns by its own base
+        let rope = self.rope_local.as_ref().map_or(rope, |r| r.at(rope.pos));
         let mut at = Walk::default();
         for (i, op) in self.def.ops.iter().enumerate() {
             let prev = i.checked_sub(1).map(|j| &self.def.ops[j]);
@@ -67,6 +70,7 @@ impl Block {
         b: usize,
         t: usize,
     ) {
+        let rope = self.rope_local.as_ref().map_or(rope, |r| r.at(rope.pos));
         let mut at = Walk::end(&self.def);
         for (i, op) in self.def.ops.iter().enumerate().rev() {
             let prev = i.checked_sub(1).map(|j| &self.def.ops[j]);
@@ -170,7 +174,17 @@ impl Block {
                         tinynn::kernels::act::gelu(&mut a.act[..n * f]);
                     }
                     Act::Gelu => gelu_forward(&a.ff[..n * f], &mut a.act[..n * f]),
-                    Act::GeGlu => unreachable!("the trainer refuses gemma3 (ModelSpec::validate)"),
+                    Act::GeGlu if self.inference_rounding => {
+                        // ggml's GELU through f16 (the inference kernel) times up; the
+                        // backward stays exact
+                        let rows = a.ff[..n * 2 * f].chunks_exact(2 * f);
+                        for (gu, y) in rows.zip(a.act[..n * f].chunks_exact_mut(f)) {
+                            y.copy_from_slice(&gu[..f]);
+                            tinynn::kernels::act::gelu(y);
+                            y.iter_mut().zip(&gu[f..]).for_each(|(y, u)| *y *= u);
+                        }
+                    }
+                    Act::GeGlu => geglu_forward(&a.ff, &mut a.act, n, f),
                 }
             }
             Op::Residual { p: i, .. } => {
@@ -192,7 +206,18 @@ impl Block {
                     Cur::Act => &a.act,
                 };
                 let (w, bias, u) = (&r.products[i], &r.biases[i], &mut a.u[i]);
-                self.lins[i].forward(p, w, bias, x, y, u, n, true, drop(i));
+                match (&r.posts[at.res], a.posts[at.res].as_mut()) {
+                    (Some(pw), Some(pa)) => {
+                        // Gemma 3: the product's output RMS-normalised, then added
+                        self.lins[i].forward(p, w, bias, x, &mut pa.y, u, n, false, drop(i));
+                        let (h, rstd) = (&mut pa.h, &mut pa.rstd);
+                        self.norm
+                            .forward(&pa.y, &p[pw.clone()], None, 1.0, h, &mut [], rstd, n);
+                        let h = &pa.h[..n * c];
+                        y[..n * c].iter_mut().zip(h).for_each(|(y, h)| *y += h);
+                    }
+                    _ => self.lins[i].forward(p, w, bias, x, y, u, n, true, drop(i)),
+                }
                 at.res += 1;
             }
         }
@@ -221,8 +246,19 @@ impl Block {
         let heads = self.attn.n_head + self.attn.n_kv_head;
         match op {
             Op::Residual { p: i, .. } => {
-                // the skip passes s.dx through; the product's input gets W^T dx
+                // the skip passes s.dx through; the product's input gets W^T dx (through the
+                // post-norm first, where there is one)
                 at.res -= 1;
+                let post = r.posts[at.res].as_ref().zip(a.posts[at.res].as_ref());
+                if let Some((pw, pa)) = post {
+                    let c = self.c;
+                    s.dpost[..n * c].fill(0.0);
+                    let (w, dw) = (&p[pw.clone()], &mut g[pw.clone()]);
+                    let (y, rstd) = (&pa.y, &pa.rstd);
+                    let dpost = &mut s.dpost;
+                    self.norm
+                        .backward(&s.dx, y, w, 1.0, &[], rstd, dpost, dw, None, n);
+                }
                 let cur = Cur::after(prev.expect("a Residual follows an op"));
                 let (x, dx) = match cur {
                     Cur::Att => (&a.att, &mut s.datt),
@@ -235,12 +271,13 @@ impl Block {
                 };
                 let (w, bias, u) = (&r.products[i], &r.biases[i], &a.u[i]);
                 let dx = Some(&mut dx[..]);
-                self.lins[i].backward(p, g, w, bias, &s.dx, x, u, dx, false, n, drop(i));
+                let dy = if post.is_some() { &s.dpost } else { &s.dx };
+                self.lins[i].backward(p, g, w, bias, dy, x, u, dx, false, n, drop(i));
             }
             Op::Act(act) => match act {
                 Act::SwiGlu => swiglu_backward(&s.dact, &a.ff, &mut s.dff, n, f),
                 Act::Gelu => gelu_backward(&s.dact[..n * f], &a.ff[..n * f], &mut s.dff[..n * f]),
-                Act::GeGlu => unreachable!("the trainer refuses gemma3 (ModelSpec::validate)"),
+                Act::GeGlu => geglu_backward(&s.dact, &a.ff, &mut s.dff, n, f),
             },
             Op::MlpIn { p: i } => {
                 let h = &a.norms[at.norm - 1].h;

@@ -80,6 +80,9 @@ pub struct ModelSpec {
     /// See [`ModelConfig::inference_rounding`].
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub inference_rounding: bool,
+    /// Sliding-window attention (Gemma 3's local layers), from the base.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub swa: Option<crate::model::Swa>,
 }
 
 impl TryFrom<ModelSpec> for ModelConfig {
@@ -108,8 +111,9 @@ impl TryFrom<ModelSpec> for ModelConfig {
             gdn: h.map(|h| h.gdn_shape(s.norm_eps)),
             tied: s.tied,
             rope_freqs: s.rope_freqs,
-            embd_scale: None,
-            swa: None,
+            // Gemma's embeddings enter scaled by sqrt(C)
+            embd_scale: (s.arch == Arch::Gemma3).then(|| (s.d_model as f32).sqrt()),
+            swa: s.swa.clone(),
         };
         Ok(Self {
             shape,
@@ -143,6 +147,7 @@ impl From<ModelConfig> for ModelSpec {
             rope_freqs: m.rope_freqs,
             ctx_train: (m.ctx_train > c.ctx).then_some(m.ctx_train),
             inference_rounding: c.inference_rounding,
+            swa: m.swa,
         }
     }
 }
@@ -219,10 +224,15 @@ impl ModelSpec {
                 return bad(format!("{name} = {v}, expected 1..={MAX_DIM}"));
             }
         }
-        if self.arch == Arch::Gemma3 {
-            // its block runs for inference only: the trainer has no sliding window, post-norms
-            // or GELU gate yet
-            return bad("gemma3 runs for inference (generate, chat, score, eval, serve); training and fine-tuning it are not built yet".into());
+        if let Some(w) = &self.swa {
+            if w.window == 0 || w.layers.len() != self.n_layer {
+                return bad(format!(
+                    "sliding window {} over {} layers: expected a window of 1 or more and one flag per layer ({})",
+                    w.window,
+                    w.layers.len(),
+                    self.n_layer
+                ));
+            }
         }
         match (&self.hybrid, self.arch) {
             (Some(h), Arch::Qwen35) => h.validate(self.n_layer)?,

@@ -98,6 +98,9 @@ pub fn to_gguf(
             }
         }
     }
+    if let Some(sw) = &cfg.swa {
+        swa_metadata(&mut w, arch, sw);
+    }
     for (key, v) in tokenizer {
         w.add_metadata(key.clone(), v.clone());
     }
@@ -178,4 +181,24 @@ pub fn export_gguf(
 ) -> Result<(), GgufError> {
     let kv = super::bpe::tokenizer_metadata(tokenizer);
     to_gguf(model, &kv, name)?.write_file(path)
+}
+
+/// Gemma 3's sliding window as llama.cpp reads it: the window, the pattern (n when every
+/// n-th layer is the global one, else a flag per layer) and the local layers' RoPE base.
+pub(super) fn swa_metadata(w: &mut GgufWriter, arch: &str, sw: &crate::model::Swa) {
+    let k = |s: &str| format!("{arch}.{s}");
+    w.add_metadata(k("attention.sliding_window"), Value::U32(sw.window as u32));
+    let every = (1..=sw.layers.len().max(1) as u32).find(|&n| {
+        let n = n as usize;
+        (sw.layers.iter().enumerate()).all(|(l, &local)| local == (l % n < n - 1))
+    });
+    let pattern = match every {
+        Some(n) => Value::U32(n),
+        None => Value::Array(
+            ValueType::Bool,
+            sw.layers.iter().map(|&b| Value::Bool(b)).collect(),
+        ),
+    };
+    w.add_metadata(k("attention.sliding_window_pattern"), pattern);
+    w.add_metadata(k("rope.freq_base_swa"), Value::F32(sw.rope_base));
 }

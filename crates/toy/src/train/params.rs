@@ -50,6 +50,8 @@ pub(crate) struct BlockRanges {
     pub biases: Vec<Option<Range<usize>>>,
     /// `attn_q_norm`, `attn_k_norm` (D each).
     pub qk_norm: Option<(Range<usize>, Range<usize>)>,
+    /// Per Residual op, its post-norm's weight (C) where the family has one (Gemma 3).
+    pub posts: Vec<Option<Range<usize>>>,
     /// The Gated DeltaNet core's `ssm_conv1d` (W, K), `ssm_dt.bias` (Hv), `ssm_a` (Hv; A_log
     /// while training) and `ssm_norm` (Dv).
     pub gdn: Option<[Range<usize>; 4]>,
@@ -71,6 +73,14 @@ impl BlockRanges {
                 _ => None,
             })
             .collect();
+        let posts = def
+            .ops
+            .iter()
+            .filter_map(|op| match op {
+                Op::Residual { post, .. } => Some(post.map(|n| s.req(&format!("{n}.weight")))),
+                _ => None,
+            })
+            .collect();
         let bias = |parts: &[crate::model::tensors::Part]| {
             let first = format!("{}.bias", parts.first()?.name);
             let last = format!("{}.bias", parts.last()?.name);
@@ -87,6 +97,7 @@ impl BlockRanges {
             products: (0..prods.len()).map(|p| s.product(p)).collect(),
             biases: prods.iter().map(|p| bias(p)).collect(),
             qk_norm: s.get("attn_q_norm.weight").zip(s.get("attn_k_norm.weight")),
+            posts,
             gdn: s.get("ssm_a").map(|_| gdn.map(|n| s.req(n))),
         }
     }
@@ -99,6 +110,7 @@ impl BlockRanges {
             products: self.products.iter().map(&f).collect(),
             biases: self.biases.iter().map(opt).collect(),
             qk_norm: self.qk_norm.as_ref().map(|(q, k)| (f(q), f(k))),
+            posts: self.posts.iter().map(opt).collect(),
             gdn: self.gdn.as_ref().map(|g| g.each_ref().map(&f)),
         }
     }

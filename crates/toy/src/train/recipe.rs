@@ -249,6 +249,7 @@ impl Recipe {
             rope_freqs: None,
             ctx_train: None,
             inference_rounding: m.inference_rounding,
+            swa: None,
         }
     }
 

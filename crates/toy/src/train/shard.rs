@@ -36,6 +36,8 @@ pub(crate) struct Net {
     /// layout's token_embd and head ranges are then empty).
     pub frozen_embd: Option<FrozenMat>,
     pub frozen_head: Option<FrozenMat>,
+    /// The token embeddings enter scaled by this (Gemma: sqrt(C)).
+    pub embd_scale: Option<f32>,
 }
 
 impl Net {
@@ -60,6 +62,7 @@ impl Net {
             v: cfg.vocab,
             frozen_embd: None,
             frozen_head: None,
+            embd_scale: cfg.embd_scale,
         }
     }
 
@@ -180,6 +183,9 @@ impl Shard {
             None => net
                 .embedding
                 .forward(inputs, &p[net.layout.token_embd.clone()], first),
+        }
+        if let Some(k) = net.embd_scale {
+            first.iter_mut().for_each(|v| *v *= k);
         }
         if let Some(r) = &net.layout.position_embd {
             net.embedding.forward_positions(t, &p[r.clone()], first);
@@ -330,13 +336,17 @@ impl Shard {
         self.stack
             .backward(&net.stack, p, g, net.rope.at(pos), b, t);
         let (dx, _) = self.stack.dx_dh();
-        if net.frozen_embd.is_none() {
-            net.embedding
-                .backward(inputs, &dx[..n * c], &mut g[lay.token_embd.clone()]);
-        }
         if let Some(r) = &lay.position_embd {
             net.embedding
                 .backward_positions(t, &dx[..n * c], &mut g[r.clone()]);
+        }
+        if net.frozen_embd.is_none() {
+            if let Some(k) = net.embd_scale {
+                // through the scale the token embeddings entered with (the last use of dx)
+                dx[..n * c].iter_mut().for_each(|v| *v *= k);
+            }
+            net.embedding
+                .backward(inputs, &dx[..n * c], &mut g[lay.token_embd.clone()]);
         }
     }
 

@@ -26,6 +26,7 @@ pub(super) fn cfg(arch: Arch, depth_scale: bool, tied: bool) -> ModelConfig {
         rope_freqs: None,
         ctx_train: None,
         inference_rounding: false,
+        swa: None,
     })
     .expect("a valid config")
 }
@@ -52,14 +53,22 @@ pub(super) fn rough_params(m: &TrainModel, seed: u64) -> Vec<f32> {
 
 /// The RoPE families beside plain llama, small: qwen2 (q/k/v biases, neox RoPE), qwen3
 /// (per-head q/k norm, neox RoPE, a head size of its own: 4 heads of 6 against C = 16) and
-/// llama3 (`rope_freqs` divisors on the 2 pairs of a head of 4).
+/// llama3 (`rope_freqs` divisors on the 2 pairs of a head of 4) and gemma3.
 pub(super) fn families() -> Vec<ModelConfig> {
     let q2 = cfg(Arch::Qwen2, false, true);
     let mut q3 = cfg(Arch::Qwen3, true, false);
     (q3.head_dim, q3.rope_dim) = (6, 6);
     let mut l3 = cfg(Arch::Llama, false, false);
     l3.rope_freqs = Some(vec![1.0, 6.0]);
-    vec![q2, q3, l3]
+    // gemma3: post-norms, GeGLU, embeddings times sqrt(C), and a window of 3 positions (of
+    // 6) on its first layer, which turns by its own RoPE base
+    let mut g3 = cfg(Arch::Gemma3, false, true);
+    g3.swa = Some(crate::model::Swa {
+        window: 3,
+        layers: vec![true, false],
+        rope_base: 10000.0,
+    });
+    vec![q2, q3, l3, g3]
 }
 
 pub(super) fn variants() -> Vec<ModelConfig> {
@@ -201,6 +210,7 @@ fn tiny(arch: Arch) -> ModelConfig {
         rope_freqs: None,
         ctx_train: None,
         inference_rounding: false,
+        swa: None,
     })
     .expect("a valid config")
 }

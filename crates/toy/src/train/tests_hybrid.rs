@@ -44,6 +44,7 @@ pub(super) fn hybrid_cfg(depth_scale: bool, tied: bool) -> ModelConfig {
         rope_freqs: None,
         ctx_train: None,
         inference_rounding: false,
+        swa: None,
     })
     .expect("a valid config")
 }

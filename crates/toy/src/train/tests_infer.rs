@@ -32,6 +32,9 @@ fn to_gguf(m: &TrainModel) -> Vec<u8> {
     if c.head_dim * c.n_head != c.d_model {
         w.add_metadata(format!("{a}.attention.key_length"), u(c.head_dim));
     }
+    if let Some(sw) = &c.swa {
+        super::export::swa_metadata(&mut w, a, sw);
+    }
     if let Some(f) = &c.rope_freqs {
         let bytes: Vec<u8> = f.iter().flat_map(|v| v.to_le_bytes()).collect();
         w.add_tensor(

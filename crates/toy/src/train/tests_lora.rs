@@ -34,6 +34,7 @@ fn cfg(tied: bool) -> ModelConfig {
         rope_freqs: None,
         ctx_train: None,
         inference_rounding: false,
+        swa: None,
     })
     .expect("a valid config")
 }

@@ -28,6 +28,7 @@ fn cfg(c: usize, h: usize, hkv: usize, f: usize, l: usize, tied: bool) -> ModelC
         rope_freqs: None,
         ctx_train: None,
         inference_rounding: false,
+        swa: None,
     })
     .expect("a valid config")
 }
