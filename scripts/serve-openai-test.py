@@ -7,7 +7,8 @@ on a free port). Checks chat (plain, greedy determinism, seed, stop, max_tokens,
 streaming chat with stream_options.include_usage (one id and created on every chunk, a final
 finish_reason, usage on one extra chunk with empty choices, the same text as non-streamed),
 completions with legacy logprobs and echo, embeddings (float and base64), models list/retrieve,
-and errors (unknown model -> NotFoundError 404 model_not_found, bad input -> BadRequestError 400).
+and errors (a model id not served -> NotFoundError 404 model_not_found on /v1/models/{id}, while a
+request naming another model is answered by the one served; bad input -> BadRequestError 400).
 Prints `serve-openai: N passed, M failed`; exits 1 on any failure.
 """
 import argparse
@@ -265,13 +266,16 @@ def main():
         default = client.embeddings.create(model=model, input=inputs[0])  # the client asks base64 and decodes
         assert max(abs(x - y) for x, y in zip(default.data[0].embedding, vecs[0])) < 1e-6
 
-    def unknown_model_is_not_found():
+    def another_model_name_is_answered_and_an_unknown_id_is_not_found():
+        # one model served: a hard-coded name is answered by it, under its own name
+        r = client.chat.completions.create(model="gpt-3.5-turbo", messages=CHAT, max_tokens=4)
+        assert r.model == model, (r.model, model)
         try:
-            client.chat.completions.create(model="no-such-model", messages=CHAT, max_tokens=4)
+            client.models.retrieve("no-such-model")
         except openai.NotFoundError as e:
             assert e.status_code == 404 and e.code == "model_not_found", (e.status_code, e.code, e.body)
         else:
-            raise AssertionError("no error for an unknown model")
+            raise AssertionError("no error for an unknown model id")
 
     def bad_input_is_a_bad_request():
         cases = [
@@ -304,7 +308,8 @@ def main():
                   seeded_sampling_is_the_same_alone_and_in_a_batch, multi_turn_chat_reuses_the_cached_prefix, chat_logprobs,
                   chat_n_choices,
                   completions_with_logprobs_and_echo, completions_prompt_list_and_token_ids,
-                  embeddings_float_and_base64, unknown_model_is_not_found, bad_input_is_a_bad_request):
+                  embeddings_float_and_base64, another_model_name_is_answered_and_an_unknown_id_is_not_found,
+                  bad_input_is_a_bad_request):
         checks.run(check)
     print(f"serve-openai: {checks.passed} passed, {checks.failed} failed")
     return 1 if checks.failed else 0
