@@ -57,6 +57,22 @@ impl LegacyLogprobs {
         }
     }
 
+    /// The echoed prompt's tokens (`prompt`, ids) with their logprobs (`lps`: one per token
+    /// after the first). A BOS the tokenizer put in front is not part of the prompt's text
+    /// and is left out, so the tokens still join into the echoed text; the first prompt token
+    /// then has its logprob after the BOS.
+    pub fn push_prompt(&mut self, m: &LoadedModel, prompt: &[u32], lps: &[TokenLogprob]) {
+        let Some((&first, rest)) = prompt.split_first() else {
+            return;
+        };
+        if m.tok.start_bos() != Some(first) {
+            self.push(m, first, None);
+        }
+        for (&id, l) in rest.iter().zip(lps) {
+            self.push(m, id, Some(l));
+        }
+    }
+
     pub fn push(&mut self, m: &LoadedModel, id: u32, lp: Option<&TokenLogprob>) {
         let text = piece(m, id);
         self.tokens.push(json!(text));

@@ -271,11 +271,7 @@ async fn collect(
                     let mut lp = LegacyLogprobs::new(0);
                     if req.params.logprobs.is_some() {
                         if let Some(prompt_lps) = &c.prompt_logprobs {
-                            let prompt = &req.prompts[i / req.n];
-                            lp.push(m, prompt[0], None);
-                            for (&id, l) in prompt[1..].iter().zip(prompt_lps) {
-                                lp.push(m, id, Some(l));
-                            }
+                            lp.push_prompt(m, &req.prompts[i / req.n], prompt_lps);
                         } else {
                             lp.offset = echo.map_or(0, |e| e.chars().count());
                         }

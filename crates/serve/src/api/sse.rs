@@ -138,10 +138,7 @@ impl Streamer {
             Event::PromptLogprobs { logprobs, .. } => {
                 let prompt = self.req.prompts[i / self.req.n].clone();
                 let mut l = LegacyLogprobs::new(0);
-                l.push(&m, prompt[0], None);
-                for (&id, lp) in prompt[1..].iter().zip(&logprobs) {
-                    l.push(&m, id, Some(lp));
-                }
+                l.push_prompt(&m, &prompt, &logprobs);
                 self.offsets[i] = l.offset;
                 let echo = self
                     .req
