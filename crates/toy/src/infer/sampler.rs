@@ -193,29 +193,19 @@ impl Sampler {
         if self.cfg.temperature <= 0.0 {
             return Some(argmax(l));
         }
-        self.cand.clear();
-        self.cand.extend(
-            l.iter()
-                .enumerate()
-                .filter(|(_, v)| v.is_finite())
-                .map(|(i, v)| (i as u32, *v)),
-        );
+        match self.cfg.top_k {
+            0 => {
+                self.cand.clear();
+                let finite = l.iter().enumerate().filter(|(_, v)| v.is_finite());
+                self.cand.extend(finite.map(|(i, v)| (i as u32, *v)));
+            }
+            k => top_k(l, k, &mut self.cand),
+        }
         if self.cand.is_empty() {
             return Some(argmax(l));
         }
         let c = &self.cfg;
-        let k = if c.top_k == 0 {
-            self.cand.len()
-        } else {
-            c.top_k.min(self.cand.len())
-        };
-        if k < self.cand.len() {
-            self.cand
-                .select_nth_unstable_by(k - 1, |a, b| b.1.total_cmp(&a.1));
-            self.cand.truncate(k);
-        }
-        self.cand
-            .sort_unstable_by(|a, b| b.1.total_cmp(&a.1).then(a.0.cmp(&b.0)));
+        self.cand.sort_unstable_by(rank);
         if c.top_p < 1.0 {
             softmax_of(&self.cand, 1.0, &mut self.probs);
             let mut cum = 0.0;
@@ -248,6 +238,40 @@ fn softmax_of(cand: &[(u32, f32)], temp: f32, out: &mut Vec<f64>) {
 }
 
 /// Index of the largest value; the lowest index wins ties.
+/// The order candidates are kept and listed in: the larger logit first, then the lower id.
+fn rank(a: &(u32, f32), b: &(u32, f32)) -> std::cmp::Ordering {
+    b.1.total_cmp(&a.1).then(a.0.cmp(&b.0))
+}
+
+/// The `k` finite logits of `l` first in [`rank`] order, into `out` (unsorted), in one pass
+/// that keeps at most 2k candidates: each time the buffer fills it is cut to the best k, and
+/// a logit not above the k-th best so far is skipped (an equal one has a higher id, so it
+/// ranks below). On a 262k vocabulary this is one read of the logits, not a 262k-long
+/// selection.
+fn top_k(l: &[f32], k: usize, out: &mut Vec<(u32, f32)>) {
+    let cap = 2 * k.max(32);
+    out.clear();
+    out.reserve(cap);
+    let mut floor = f32::NEG_INFINITY;
+    let cut = |out: &mut Vec<(u32, f32)>| {
+        if out.len() > k {
+            out.select_nth_unstable_by(k - 1, rank);
+            out.truncate(k);
+        }
+    };
+    for (i, &v) in l.iter().enumerate() {
+        if !v.is_finite() || (out.len() >= k && v <= floor && floor > f32::NEG_INFINITY) {
+            continue;
+        }
+        out.push((i as u32, v));
+        if out.len() == cap {
+            cut(out);
+            floor = out.iter().map(|c| c.1).fold(f32::INFINITY, f32::min);
+        }
+    }
+    cut(out);
+}
+
 pub fn argmax(x: &[f32]) -> u32 {
     let mut best = 0;
     for (i, v) in x.iter().enumerate() {
@@ -392,5 +416,37 @@ mod tests {
         // the one default is llama.cpp's
         assert_eq!(SamplerConfig::default().temperature, 0.8);
         assert_eq!(DEFAULTS.top_p, 0.95);
+    }
+
+    /// The one-pass top-k keeps exactly the first k of a full sort (larger logit, then lower
+    /// id), with ties, banned (-inf) and NaN logits, on small and 262k vocabularies.
+    #[test]
+    fn top_k_is_the_first_k_of_a_full_sort() {
+        let mut state = 7u64;
+        for (n, k) in [(10, 3), (50, 50), (1000, 40), (262_144, 40), (262_144, 1)] {
+            let l: Vec<f32> = (0..n)
+                .map(|i| {
+                    state = state
+                        .wrapping_mul(6364136223846793005)
+                        .wrapping_add(1442695040888963407);
+                    match (state >> 60, i % 97) {
+                        (0, _) => f32::NEG_INFINITY,
+                        (1, 0) => f32::NAN,
+                        // few distinct values: many ties
+                        (s, _) => ((state >> 20) % 64) as f32 / 8.0 - s as f32,
+                    }
+                })
+                .collect();
+            let mut want: Vec<(u32, f32)> = (l.iter().enumerate())
+                .filter(|(_, v)| v.is_finite())
+                .map(|(i, v)| (i as u32, *v))
+                .collect();
+            want.sort_unstable_by(rank);
+            want.truncate(k);
+            let mut got = Vec::new();
+            top_k(&l, k, &mut got);
+            got.sort_unstable_by(rank);
+            assert_eq!(got, want, "n={n} k={k}");
+        }
     }
 }
