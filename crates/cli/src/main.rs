@@ -47,29 +47,62 @@ struct Cli {
 #[derive(Subcommand)]
 enum Cmd {
     /// Generate text after a prompt.
+    #[command(
+        after_help = "Examples:\n  toy generate -p \"Once upon a time\" -n 64\n  toy generate -m models/gemma-3-270m-q4_k_m.gguf -p \"def fib(n):\" --temp 0\n  toy generate -p \"The answer:\" --json-schema schema.json --json"
+    )]
     Generate(cmd_generate::Args),
     /// Chat interactively, with the model's chat template.
+    #[command(
+        after_help = "Examples:\n  toy chat\n  toy chat --system \"You are terse.\" --temp 0.3\n  toy chat --lora runs/<id>/ckpt-000120.gguf"
+    )]
     Chat(cmd_chat::Args),
     /// Show a model's metadata, tensors and layer-by-layer flow.
+    #[command(
+        after_help = "Examples:\n  toy inspect models/SmolLM2-135M-Instruct.Q4_1.gguf\n  toy inspect MODEL.gguf --json | head"
+    )]
     Inspect(cmd_inspect::Args),
     /// Turn text into token ids and pieces.
+    #[command(
+        after_help = "Examples:\n  toy tokenize \"Hello world\"\n  toy tokenize -m models/gemma-3-270m-q4_k_m.gguf --json \"<start_of_turn>user\""
+    )]
     Tokenize(cmd_tokenize::Args),
     /// Teacher-forced log-probabilities of a continuation.
+    #[command(
+        after_help = "Examples:\n  toy score --prompt \"The capital of France is\" --continuation \" Paris\"\n  toy score --prompt-ids 1,2,3 --continuation-ids 4,5 --json"
+    )]
     Score(cmd_score::Args),
     /// Activations at named points of a forward pass: statistics, or .npy files.
+    #[command(
+        after_help = "Examples:\n  toy tap -p \"Hello\" --at 'blk.*.resid,logits'\n  toy tap -p \"Hello\" --at blk.3.ffn_out --out taps/"
+    )]
     Tap(cmd_tap::Args),
     /// Evaluate a model.
     #[command(subcommand)]
     Eval(cmd_eval::EvalCmd),
     /// Render a chat with the model's template.
+    #[command(
+        after_help = "Examples:\n  toy template --messages chat.json\n  toy template --messages chat.json --no-generation-prompt"
+    )]
     Template(cmd_template::Args),
     /// Rewrite a model with its matrices in another weight type.
+    #[command(
+        after_help = "Examples:\n  toy quantize model-f32.gguf model-q8.gguf --type Q8_0\n  toy quantize runs/<id>/ckpt-000120.gguf small.gguf --type Q4_1"
+    )]
     Quantize(cmd_quantize::Args),
     /// Fine-tune a GGUF (LoRA on the stored weights, or full) on chat SFT data, or resume.
+    #[command(
+        after_help = "Examples:\n  toy finetune recipes/sft-smollm2-lora.toml\n  toy finetune recipes/sft-smollm2-lora.toml --set train.steps=40 --set finetune.rank=8\n  toy finetune --resume runs/<id>\n  mpirun -np 2 toy finetune recipes/sft-smollm2-lora.toml   (built with --features mpi)"
+    )]
     Finetune(cmd_finetune::Args),
     /// Merge a LoRA adapter into its base model.
+    #[command(
+        after_help = "Examples:\n  toy merge BASE.gguf runs/<id>/ckpt-000120.gguf merged.gguf\n  toy merge BASE.gguf ADAPTER.gguf merged-q4.gguf --type Q4_1"
+    )]
     Merge(cmd_merge::Args),
     /// Measure prefill and decode speed (as llama-bench).
+    #[command(
+        after_help = "Examples:\n  toy bench -p 512 -n 128\n  toy bench -m MODEL.gguf -p 512 -n 128 -d 4096 --json\n  toy bench --train recipes/small.toml --steps 5"
+    )]
     Bench(cmd_bench::Args),
     /// The top classes of image files under a trained image classifier.
     Classify(cmd_vision::ClassifyArgs),
@@ -77,12 +110,20 @@ enum Cmd {
     #[command(subcommand)]
     Data(cmd_data::DataCmd),
     /// Train a model from scratch with a recipe, or resume a run.
+    #[command(
+        after_help = "Examples:\n  toy train recipes/tiny.toml\n  toy train recipes/tiny.toml --set train.steps=500 --set model.arch=gpt2\n  toy train --resume runs/<id>\n  mpirun -np 2 toy train recipes/tiny.toml   (built with --features mpi)"
+    )]
     Train(cmd_train::Args),
     /// List training runs.
+    #[command(after_help = "Examples:\n  toy runs\n  toy runs --runs-dir elsewhere")]
     Runs(cmd_runs::Args),
     /// Plot a run's training and validation loss to a PNG.
+    #[command(after_help = "Examples:\n  toy plot runs/<id>")]
     Plot(cmd_plot::Args),
     /// Serve models behind an OpenAI-compatible API, with a web page.
+    #[command(
+        after_help = "Examples:\n  toy serve\n  toy serve -m A.gguf -m B.gguf --parallel 4 --api-key KEY\n  toy serve --spec ngram --cors-origins http://localhost:3000\n  curl -s localhost:4567/v1/chat/completions -d '{\"messages\":[{\"role\":\"user\",\"content\":\"Hi\"}]}'"
+    )]
     Serve(cmd_serve::Args),
 }
 

@@ -586,3 +586,19 @@ fn tap_captures_every_point_inspect_names_and_bad_patterns_are_errors() {
     let err = toy_err(&["tap", "-m", &m, "-p", "hi", "--at", "blk.99.resid"]);
     assert!(err.contains("names no point"), "{err}");
 }
+
+/// Every main command's help ends with examples that use its own name.
+#[test]
+fn help_ends_with_examples() {
+    for cmd in [
+        "generate", "chat", "inspect", "tokenize", "score", "tap", "template", "quantize",
+        "finetune", "merge", "bench", "train", "runs", "plot", "serve",
+    ] {
+        let out = toy_ok(&[cmd, "--help"]);
+        let ex = out
+            .split("Examples:\n")
+            .nth(1)
+            .unwrap_or_else(|| panic!("{cmd}: {out}"));
+        assert!(ex.contains(&format!("toy {cmd}")), "{cmd}: {ex}");
+    }
+}
