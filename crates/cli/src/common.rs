@@ -190,6 +190,24 @@ pub struct SamplingArgs {
     /// How many recent tokens the penalties look at.
     #[arg(long, default_value_t = DEFAULTS.penalty_last_n)]
     pub repeat_last_n: usize,
+    /// Top-n-sigma: keep logits within N standard deviations of the top; -1 is off.
+    #[arg(long, default_value_t = DEFAULTS.top_n_sigma, allow_negative_numbers = true)]
+    pub top_nsigma: f32,
+    /// Locally typical sampling's mass; 1 is off.
+    #[arg(long, default_value_t = DEFAULTS.typical_p)]
+    pub typical: f32,
+    /// XTC: how often the top choices are excluded; 0 is off.
+    #[arg(long, default_value_t = DEFAULTS.xtc_probability)]
+    pub xtc_probability: f32,
+    /// XTC: the probability a token needs to be excluded.
+    #[arg(long, default_value_t = DEFAULTS.xtc_threshold)]
+    pub xtc_threshold: f32,
+    /// Dynamic temperature: the temperature moves within --temp ± this with the entropy.
+    #[arg(long, default_value_t = DEFAULTS.dynatemp_range)]
+    pub dynatemp_range: f32,
+    /// Dynamic temperature's exponent.
+    #[arg(long, default_value_t = DEFAULTS.dynatemp_exponent)]
+    pub dynatemp_exp: f32,
     /// Logit bias as TOKEN_ID=BIAS (repeatable; BIAS may be -inf).
     #[arg(long = "logit-bias", value_parser = parse_bias)]
     pub logit_bias: Vec<(u32, f32)>,
@@ -228,6 +246,12 @@ impl SamplingArgs {
             penalty_last_n: self.repeat_last_n,
             logit_bias: self.logit_bias.clone(),
             seed: self.seed.unwrap_or_else(toy::infer::sampler::fresh_seed),
+            top_n_sigma: self.top_nsigma,
+            typical_p: self.typical,
+            xtc_probability: self.xtc_probability,
+            xtc_threshold: self.xtc_threshold,
+            dynatemp_range: self.dynatemp_range,
+            dynatemp_exponent: self.dynatemp_exp,
         }
     }
 }

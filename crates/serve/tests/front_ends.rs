@@ -146,3 +146,32 @@ async fn a_client_asking_for_another_model_gets_the_one_served() {
         (200, &json!("SmolLM2-135M-Instruct.Q4_1"))
     );
 }
+
+#[tokio::test]
+async fn llama_server_sampling_fields_are_taken_and_checked() {
+    let s = shared();
+    let mut body = chat("Say hi.", 4);
+    for (k, v) in [
+        ("top_n_sigma", json!(1.5)),
+        ("typical_p", json!(0.9)),
+        ("xtc_probability", json!(0.5)),
+        ("xtc_threshold", json!(0.1)),
+        ("dynatemp_range", json!(0.3)),
+        ("dynatemp_exponent", json!(1.2)),
+    ] {
+        body[k] = v;
+    }
+    let (st, v) = post(s, "/v1/chat/completions", &body).await;
+    assert_eq!(st, 200, "{v}");
+    for (k, bad) in [
+        ("typical_p", json!(2.0)),
+        ("xtc_probability", json!(-1)),
+        ("dynatemp_range", json!("x")),
+    ] {
+        let mut b = chat("Say hi.", 4);
+        b[k] = bad;
+        let (st, v) = post(s, "/v1/chat/completions", &b).await;
+        assert_eq!(st, 400, "{k}: {v}");
+        assert_eq!(v["error"]["param"], k, "{v}");
+    }
+}

@@ -193,7 +193,7 @@ pub async fn run(state: &AppState, req: GenRequest, route: &str) -> Result<Respo
     };
     state
         .engine
-        .submit(Job::Gen(job))
+        .submit(Job::Gen(Box::new(job)))
         .map_err(|e| e.api_error(state.cfg.queue))?;
     // from here on the request's log counts it, whatever the response
     let mut log = RequestLog::new(state, route, &req, ended);

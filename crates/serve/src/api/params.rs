@@ -101,6 +101,23 @@ pub fn sampler(f: &Fields, vocab: usize) -> Result<SamplerConfig, ApiError> {
             .unwrap_or(d.penalty_last_n as i64) as usize,
         logit_bias: logit_bias(f, vocab)?,
         seed,
+        // llama-server's names for the samplers beyond top-k/top-p/min-p
+        top_n_sigma: f
+            .f32_in("top_n_sigma", -1.0, 100.0)?
+            .unwrap_or(d.top_n_sigma),
+        typical_p: f.f32_in("typical_p", 0.0, 1.0)?.unwrap_or(d.typical_p),
+        xtc_probability: f
+            .f32_in("xtc_probability", 0.0, 1.0)?
+            .unwrap_or(d.xtc_probability),
+        xtc_threshold: f
+            .f32_in("xtc_threshold", 0.0, 1.0)?
+            .unwrap_or(d.xtc_threshold),
+        dynatemp_range: f
+            .f32_in("dynatemp_range", 0.0, 5.0)?
+            .unwrap_or(d.dynatemp_range),
+        dynatemp_exponent: f
+            .f32_in("dynatemp_exponent", 0.0, 10.0)?
+            .unwrap_or(d.dynatemp_exponent),
     })
 }
 

@@ -158,7 +158,7 @@ pub struct EmbedJob {
 }
 
 pub enum Job {
-    Gen(GenJob),
+    Gen(Box<GenJob>),
     Embed(EmbedJob),
 }
 
@@ -337,7 +337,7 @@ impl Engine {
                 let _ = e.reply.send(out);
             }
             Job::Gen(g) => {
-                let job = Arc::new(g);
+                let job: Arc<GenJob> = Arc::from(g);
                 for (index, prompt) in &job.prompts {
                     let mut cfg = job.params.sampler.clone();
                     cfg.seed = cfg.seed.wrapping_add(*index as u64);

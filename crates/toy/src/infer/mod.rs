@@ -6,6 +6,7 @@ pub mod constrain;
 pub mod generate;
 pub use crate::model::kv_cache;
 pub mod sampler;
+pub mod samplers;
 pub mod spec_tune;
 pub mod speculative;
 pub mod verify;

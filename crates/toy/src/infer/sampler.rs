@@ -1,6 +1,7 @@
 //! Token sampling, in the order of llama.cpp's default sampler chain (`common/sampling.cpp`):
 //! logit bias, repetition / presence / frequency penalties over the last `penalty_last_n`
-//! tokens, top-k, top-p (Holtzman et al. 2019), min-p, temperature, then a draw from a
+//! tokens, top-n-sigma, top-k, typical-p, top-p (Holtzman et al. 2019), min-p, XTC,
+//! temperature (dynamic where asked; `samplers.rs` has the newer ones), then a draw from a
 //! seeded RNG. Temperature <= 0 is greedy (argmax after bias and penalties).
 
 use rand::rngs::StdRng;
@@ -39,6 +40,16 @@ pub struct SamplerConfig {
     /// Added to the logit of a token; -inf bans it.
     pub logit_bias: Vec<(u32, f32)>,
     pub seed: u64,
+    /// Top-n-sigma: keep logits within n standard deviations of the top; <= 0 is off.
+    pub top_n_sigma: f32,
+    /// Locally typical sampling's mass; 1 is off.
+    pub typical_p: f32,
+    /// XTC: how often, and above which probability, the top choices are excluded; 0 is off.
+    pub xtc_probability: f32,
+    pub xtc_threshold: f32,
+    /// Dynamic temperature: temperature ± range by entropy, to this exponent; 0 is off.
+    pub dynatemp_range: f32,
+    pub dynatemp_exponent: f32,
 }
 
 /// The one default of every sampling setting, llama.cpp's (`common_params_sampling`): what
@@ -54,6 +65,12 @@ pub const DEFAULTS: SamplerConfig = SamplerConfig {
     penalty_last_n: 64,
     logit_bias: Vec::new(),
     seed: 0,
+    top_n_sigma: -1.0,
+    typical_p: 1.0,
+    xtc_probability: 0.0,
+    xtc_threshold: 0.1,
+    dynatemp_range: 0.0,
+    dynatemp_exponent: 1.0,
 };
 
 impl Default for SamplerConfig {
@@ -193,6 +210,7 @@ impl Sampler {
         if self.cfg.temperature <= 0.0 {
             return Some(argmax(l));
         }
+        super::samplers::top_n_sigma(l, self.cfg.top_n_sigma);
         match self.cfg.top_k {
             0 => {
                 self.cand.clear();
@@ -206,6 +224,10 @@ impl Sampler {
         }
         let c = &self.cfg;
         self.cand.sort_unstable_by(rank);
+        if c.typical_p < 1.0 {
+            super::samplers::typical(&mut self.cand, c.typical_p);
+            self.cand.sort_unstable_by(rank);
+        }
         if c.top_p < 1.0 {
             softmax_of(&self.cand, 1.0, &mut self.probs);
             let mut cum = 0.0;
@@ -220,7 +242,20 @@ impl Sampler {
             let keep = self.cand.iter().take_while(|x| x.1 >= floor).count().max(1);
             self.cand.truncate(keep);
         }
-        softmax_of(&self.cand, c.temperature, &mut self.probs);
+        if c.xtc_probability > 0.0 {
+            // a draw only where XTC is on: other settings keep their random streams
+            let u: f64 = self.rng.random();
+            let (prob, threshold) = (self.cfg.xtc_probability, self.cfg.xtc_threshold);
+            super::samplers::xtc(&mut self.cand, prob, threshold, u);
+        }
+        let c = &self.cfg;
+        let t = super::samplers::dynamic_temperature(
+            &self.cand,
+            c.temperature,
+            c.dynatemp_range,
+            c.dynatemp_exponent,
+        );
+        softmax_of(&self.cand, t, &mut self.probs);
         None
     }
 }
@@ -237,7 +272,6 @@ fn softmax_of(cand: &[(u32, f32)], temp: f32, out: &mut Vec<f64>) {
     out.iter_mut().for_each(|v| *v /= s);
 }
 
-/// Index of the largest value; the lowest index wins ties.
 /// The order candidates are kept and listed in: the larger logit first, then the lower id.
 fn rank(a: &(u32, f32), b: &(u32, f32)) -> std::cmp::Ordering {
     b.1.total_cmp(&a.1).then(a.0.cmp(&b.0))
@@ -272,6 +306,7 @@ fn top_k(l: &[f32], k: usize, out: &mut Vec<(u32, f32)>) {
     cut(out);
 }
 
+/// Index of the largest value; the lowest index wins ties.
 pub fn argmax(x: &[f32]) -> u32 {
     let mut best = 0;
     for (i, v) in x.iter().enumerate() {
@@ -448,5 +483,71 @@ mod tests {
             got.sort_unstable_by(rank);
             assert_eq!(got, want, "n={n} k={k}");
         }
+    }
+
+    fn open(cfg: SamplerConfig) -> Sampler {
+        Sampler::new(SamplerConfig {
+            top_k: 0,
+            top_p: 1.0,
+            min_p: 0.0,
+            temperature: 1.0,
+            ..cfg
+        })
+    }
+
+    /// The newer samplers change what is drawn from as their definitions say (`samplers.rs`
+    /// tests each alone): a sampler that ignored its setting would keep every token here.
+    #[test]
+    fn top_n_sigma_typical_and_dynamic_temperature_shape_the_distribution() {
+        let support = |d: Vec<(u32, f64)>| {
+            let mut ids: Vec<u32> = d.iter().map(|x| x.0).collect();
+            ids.sort();
+            ids
+        };
+        let l = [3.0f32, 2.0, 1.0, 0.0, -1.0];
+        let mut s = open(SamplerConfig {
+            top_n_sigma: 1.0,
+            ..DEFAULTS
+        });
+        assert_eq!(support(s.distribution(&l)), vec![0, 1]);
+        let l2 = std::f32::consts::LN_2;
+        let t = [3.0 * l2, 2.0 * l2, l2, l2];
+        let mut s = open(SamplerConfig {
+            typical_p: 0.5,
+            ..DEFAULTS
+        });
+        let d = s.distribution(&t);
+        assert_eq!(support(d.clone()), vec![0, 1]);
+        assert!((d.iter().find(|x| x.0 == 0).unwrap().1 - 2.0 / 3.0).abs() < 1e-9);
+        let two = [1.0f32, 0.0];
+        let mut s = open(SamplerConfig {
+            dynatemp_range: 0.5,
+            ..DEFAULTS
+        });
+        let tdyn =
+            super::super::samplers::dynamic_temperature(&[(0, 1.0), (1, 0.0)], 1.0, 0.5, 1.0);
+        let want = 1.0 / (1.0 + (-1.0 / tdyn as f64).exp());
+        let p0 = s.distribution(&two).iter().find(|x| x.0 == 0).unwrap().1;
+        assert!(
+            (p0 - want).abs() < 1e-6 && (p0 - 0.731).abs() > 0.01,
+            "{p0} vs {want}"
+        );
+    }
+
+    /// XTC removes the top choices at its rate: token 0 (p 0.63, with token 1 also above the
+    /// threshold) is drawn only in the draws where XTC does not fire.
+    #[test]
+    fn xtc_excludes_the_top_choices_at_its_rate() {
+        let l: Vec<f32> = (0..6).map(|i| -(i as f32)).collect();
+        let mut s = open(SamplerConfig {
+            xtc_probability: 0.5,
+            xtc_threshold: 0.2,
+            seed: 11,
+            ..DEFAULTS
+        });
+        let n = 4000;
+        let zeros = (0..n).filter(|_| s.sample(&l) == 0).count() as f64 / n as f64;
+        let p0 = 1.0 / (0..6).map(|i| (-(i as f64)).exp()).sum::<f64>();
+        assert!((zeros - 0.5 * p0).abs() < 0.03, "{zeros} vs {}", 0.5 * p0);
     }
 }

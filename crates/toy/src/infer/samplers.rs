@@ -1,0 +1,174 @@
+//! The samplers of llama.cpp's chain beyond top-k/top-p/min-p (`src/llama-sampler.cpp` of
+//! 0c1e570), each as its `llama_sampler_*_apply` computes it: top-n-sigma (Tang et al. 2024),
+//! locally typical sampling (Meister et al. 2022), XTC ("exclude top choices"), and dynamic
+//! temperature (entropy-scaled, `temp_ext`). `sampler.rs` runs them in llama.cpp's default
+//! order: top_n_sigma, top_k, typical_p, top_p, min_p, xtc, temperature.
+//! Candidates are (token, logit) pairs.
+
+/// Top-n-sigma over the whole vocabulary: logits below max - n * std (the standard
+/// deviation of the finite logits) become -inf. n <= 0 leaves them.
+pub fn top_n_sigma(l: &mut [f32], n: f32) {
+    if n <= 0.0 {
+        return;
+    }
+    let (mut max, mut sum, mut count) = (f32::NEG_INFINITY, 0f64, 0usize);
+    for &v in l.iter().filter(|v| **v != f32::NEG_INFINITY) {
+        max = max.max(v);
+        sum += v as f64;
+        count += 1;
+    }
+    if count == 0 {
+        return;
+    }
+    let mean = sum / count as f64;
+    let var = l
+        .iter()
+        .filter(|v| **v != f32::NEG_INFINITY)
+        .map(|&v| (v as f64 - mean).powi(2))
+        .sum::<f64>()
+        / count as f64;
+    let floor = max - n * var.sqrt() as f32;
+    l.iter_mut()
+        .filter(|v| **v < floor)
+        .for_each(|v| *v = f32::NEG_INFINITY);
+}
+
+/// Softmax of the candidates' logits (at temperature 1), in f64.
+fn probs(cand: &[(u32, f32)]) -> Vec<f64> {
+    let max = cand.iter().map(|c| c.1).fold(f32::NEG_INFINITY, f32::max) as f64;
+    let e: Vec<f64> = cand.iter().map(|c| (c.1 as f64 - max).exp()).collect();
+    let s: f64 = e.iter().sum();
+    e.into_iter().map(|x| x / s).collect()
+}
+
+/// Locally typical sampling: the tokens whose surprise -ln p is closest to the entropy,
+/// nearest first, until their probability passes `p` (at least one). p >= 1 keeps all.
+/// The kept candidates come back in that order.
+pub fn typical(cand: &mut Vec<(u32, f32)>, p: f32) {
+    if p >= 1.0 || cand.len() < 2 {
+        return;
+    }
+    let pr = probs(cand);
+    let entropy: f64 = -pr
+        .iter()
+        .filter(|&&x| x > 0.0)
+        .map(|x| x * x.ln())
+        .sum::<f64>();
+    let shifted: Vec<f64> = pr.iter().map(|x| (-x.ln() - entropy).abs()).collect();
+    let mut order: Vec<usize> = (0..cand.len()).collect();
+    order.sort_by(|&a, &b| shifted[a].total_cmp(&shifted[b]));
+    let mut cum = 0.0;
+    let mut keep = order.len();
+    for (i, &j) in order.iter().enumerate() {
+        cum += pr[j];
+        if cum > p as f64 {
+            keep = i + 1;
+            break;
+        }
+    }
+    *cand = order[..keep].iter().map(|&j| cand[j]).collect();
+}
+
+/// XTC: with probability `prob` (drawn as `u`), when two or more candidates have probability
+/// at least `threshold`, all of them but the least likely one are removed. Needs candidates
+/// sorted by logit, largest first; a threshold above 0.5 never finds two.
+pub fn xtc(cand: &mut Vec<(u32, f32)>, prob: f32, threshold: f32, u: f64) {
+    if prob <= 0.0 || threshold > 0.5 || cand.len() < 2 || u >= prob as f64 {
+        return;
+    }
+    let pr = probs(cand);
+    let above = pr.iter().take_while(|&&x| x >= threshold as f64).count();
+    if above >= 2 {
+        cand.drain(..above - 1);
+    }
+}
+
+/// Dynamic temperature: with `range` > 0 the temperature moves within temp ± range with
+/// the candidates' normalised entropy (0 for one certain token, 1 for a uniform spread) to
+/// the power `exponent`; otherwise it is `temp`.
+pub fn dynamic_temperature(cand: &[(u32, f32)], temp: f32, range: f32, exponent: f32) -> f32 {
+    if range <= 0.0 || cand.len() < 2 {
+        return temp;
+    }
+    let (lo, hi) = ((temp - range).max(0.0), temp + range);
+    let pr = probs(cand);
+    let entropy: f64 = -pr
+        .iter()
+        .filter(|&&x| x > 0.0)
+        .map(|x| x * x.ln())
+        .sum::<f64>();
+    let max_entropy = (cand.len() as f64).ln();
+    let norm = (entropy / max_entropy).clamp(0.0, 1.0);
+    lo + (hi - lo) * norm.powf(exponent as f64) as f32
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn ids(c: &[(u32, f32)]) -> Vec<u32> {
+        c.iter().map(|x| x.0).collect()
+    }
+
+    #[test]
+    fn top_n_sigma_keeps_the_logits_within_n_deviations_of_the_top() {
+        // mean 1, std sqrt(2): n = 1 keeps logits >= 3 - 1.414
+        let mut l = vec![3.0, 2.0, 1.0, 0.0, -1.0, f32::NEG_INFINITY];
+        top_n_sigma(&mut l, 1.0);
+        assert_eq!(&l[..3], &[3.0, 2.0, f32::NEG_INFINITY]);
+        let mut all = vec![1.0f32; 5];
+        top_n_sigma(&mut all, 1.0);
+        assert_eq!(all, vec![1.0; 5], "all equal: std 0 keeps every one");
+        let mut off = vec![3.0, -5.0];
+        top_n_sigma(&mut off, 0.0);
+        assert_eq!(off, vec![3.0, -5.0]);
+    }
+
+    #[test]
+    fn typical_keeps_the_tokens_nearest_the_entropy() {
+        // p = [0.5, 0.25, 0.125, 0.125]: entropy 1.2130 nats; surprises 0.693, 1.386, 2.079
+        // -> distances 0.520, 0.173, 0.866: order 1, 0, then 2 and 3
+        let l2 = std::f32::consts::LN_2;
+        let mut c = vec![(0, 3.0 * l2), (1, 2.0 * l2), (2, l2), (3, l2)];
+        typical(&mut c, 0.5);
+        assert_eq!(ids(&c), vec![1, 0], "0.25 alone does not pass 0.5");
+        let mut c = vec![(0, 3.0 * l2), (1, 2.0 * l2), (2, l2), (3, l2)];
+        typical(&mut c, 0.2);
+        assert_eq!(ids(&c), vec![1]);
+        let mut c = vec![(0, 1.0), (1, 0.0)];
+        typical(&mut c, 1.0);
+        assert_eq!(ids(&c), vec![0, 1]);
+    }
+
+    #[test]
+    fn xtc_drops_every_likely_token_but_the_least_likely_at_its_rate() {
+        // p ~ [0.61, 0.22, 0.08, 0.03, ...]: two at or above 0.2
+        let base: Vec<(u32, f32)> = (0..6).map(|i| (i, -(i as f32))).collect();
+        let mut c = base.clone();
+        xtc(&mut c, 1.0, 0.2, 0.5);
+        assert_eq!(ids(&c), vec![1, 2, 3, 4, 5]);
+        let mut c = base.clone();
+        xtc(&mut c, 0.3, 0.2, 0.5);
+        assert_eq!(c, base, "the draw 0.5 is not under the probability 0.3");
+        let mut c = base.clone();
+        xtc(&mut c, 1.0, 0.7, 0.0);
+        assert_eq!(c, base, "a threshold over 0.5 never applies");
+        let mut c = base.clone();
+        xtc(&mut c, 1.0, 0.3, 0.0);
+        assert_eq!(c, base, "one token above the threshold stays");
+    }
+
+    #[test]
+    fn dynamic_temperature_follows_the_entropy() {
+        let flat: Vec<(u32, f32)> = (0..8).map(|i| (i, 0.0)).collect();
+        assert!((dynamic_temperature(&flat, 1.0, 0.5, 1.0) - 1.5).abs() < 1e-6);
+        let sharp = vec![(0, 30.0), (1, 0.0), (2, 0.0)];
+        assert!((dynamic_temperature(&sharp, 1.0, 0.5, 1.0) - 0.5).abs() < 1e-4);
+        let mid = vec![(0, 1.0), (1, 0.0)];
+        let t = dynamic_temperature(&mid, 0.8, 0.4, 2.0);
+        let p = 1.0 / (1.0 + (-1f64).exp());
+        let h = -(p * p.ln() + (1.0 - p) * (1.0 - p).ln()) / 2f64.ln();
+        assert!((t as f64 - (0.4 + 0.8 * h.powi(2))).abs() < 1e-6, "{t}");
+        assert_eq!(dynamic_temperature(&mid, 0.8, 0.0, 1.0), 0.8);
+    }
+}
