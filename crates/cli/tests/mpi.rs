@@ -66,9 +66,40 @@ fn one(args: &[String]) -> String {
     String::from_utf8_lossy(&out.stdout).into_owned()
 }
 
+/// Token shards for `recipes/tiny.toml` (vocabulary 627) from a generated corpus, made once:
+/// the recipe's default, the Rust book, needs the rust-docs component.
+fn tiny_data() -> &'static Path {
+    static DIR: std::sync::OnceLock<PathBuf> = std::sync::OnceLock::new();
+    DIR.get_or_init(|| {
+        let dir = std::env::temp_dir().join(format!("toy-mpi-data-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).expect("data dir");
+        let text = dir.join("corpus.txt");
+        std::fs::write(&text, corpus().repeat(3)).expect("corpus");
+        let out = dir.join("shards");
+        let (t, o) = (text.display().to_string(), out.display().to_string());
+        one(&[
+            "data".into(),
+            "prepare".into(),
+            t,
+            "--out".into(),
+            o,
+            "--vocab-size".into(),
+            "627".into(),
+        ]);
+        out
+    })
+}
+
 fn args(cmd: &str, base: &[&str], runs: &Path, extra: &[&str]) -> Vec<String> {
     let mut v = vec![cmd.to_string()];
     v.extend(base.iter().map(|s| s.to_string()));
+    if base.first() == Some(&"recipes/tiny.toml") {
+        v.extend([
+            "--set".into(),
+            format!("data.dir={}", tiny_data().display()),
+        ]);
+    }
     v.extend(["--runs-dir".to_string(), runs.display().to_string()]);
     v.extend(extra.iter().map(|s| s.to_string()));
     v

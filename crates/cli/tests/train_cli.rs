@@ -7,30 +7,6 @@ mod common;
 use common::*;
 use std::path::{Path, PathBuf};
 
-/// About 40 KB of text with repeated structure, so a BPE learns merges and a model a little.
-fn corpus() -> String {
-    let words = [
-        "the", "owner", "borrow", "value", "struct", "moves", "into", "a", "trait",
-    ];
-    let mut s = String::new();
-    let mut x: u64 = 1;
-    while s.len() < 40_000 {
-        x = x
-            .wrapping_mul(6364136223846793005)
-            .wrapping_add(1442695040888963407);
-        if x >> 62 == 0 {
-            s.push_str("fn main() {\n    let x = 5;\n    println!(\"{x}\");\n}\n");
-        } else {
-            for k in 0..6 {
-                s.push_str(words[((x >> (8 * k)) % words.len() as u64) as usize]);
-                s.push(' ');
-            }
-            s.push_str(".\n");
-        }
-    }
-    s
-}
-
 fn recipe(data: &Path) -> String {
     format!(
         r#"name = "clitest"
