@@ -208,6 +208,15 @@ pub struct SamplingArgs {
     /// Dynamic temperature's exponent.
     #[arg(long, default_value_t = DEFAULTS.dynatemp_exponent)]
     pub dynatemp_exp: f32,
+    /// Mirostat: 0 off, 1 or 2 (replaces top-k, top-p, min-p, typical and XTC).
+    #[arg(long, default_value_t = DEFAULTS.mirostat, value_parser = clap::value_parser!(u8).range(0..=2))]
+    pub mirostat: u8,
+    /// Mirostat's target surprise (tau, bits).
+    #[arg(long, default_value_t = DEFAULTS.mirostat_tau)]
+    pub mirostat_ent: f32,
+    /// Mirostat's learning rate (eta).
+    #[arg(long, default_value_t = DEFAULTS.mirostat_eta)]
+    pub mirostat_lr: f32,
     /// Logit bias as TOKEN_ID=BIAS (repeatable; BIAS may be -inf).
     #[arg(long = "logit-bias", value_parser = parse_bias)]
     pub logit_bias: Vec<(u32, f32)>,
@@ -252,6 +261,9 @@ impl SamplingArgs {
             xtc_threshold: self.xtc_threshold,
             dynatemp_range: self.dynatemp_range,
             dynatemp_exponent: self.dynatemp_exp,
+            mirostat: self.mirostat,
+            mirostat_tau: self.mirostat_ent,
+            mirostat_eta: self.mirostat_lr,
         }
     }
 }

@@ -158,6 +158,9 @@ async fn llama_server_sampling_fields_are_taken_and_checked() {
         ("xtc_threshold", json!(0.1)),
         ("dynatemp_range", json!(0.3)),
         ("dynatemp_exponent", json!(1.2)),
+        ("mirostat", json!(2)),
+        ("mirostat_tau", json!(4.0)),
+        ("mirostat_eta", json!(0.2)),
     ] {
         body[k] = v;
     }

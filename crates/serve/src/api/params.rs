@@ -118,6 +118,13 @@ pub fn sampler(f: &Fields, vocab: usize) -> Result<SamplerConfig, ApiError> {
         dynatemp_exponent: f
             .f32_in("dynatemp_exponent", 0.0, 10.0)?
             .unwrap_or(d.dynatemp_exponent),
+        mirostat: f.int_in("mirostat", 0, 2)?.map_or(d.mirostat, |m| m as u8),
+        mirostat_tau: f
+            .f32_in("mirostat_tau", 0.0, 100.0)?
+            .unwrap_or(d.mirostat_tau),
+        mirostat_eta: f
+            .f32_in("mirostat_eta", 0.0, 10.0)?
+            .unwrap_or(d.mirostat_eta),
     })
 }
 

@@ -1,7 +1,8 @@
 //! The samplers of llama.cpp's chain beyond top-k/top-p/min-p (`src/llama-sampler.cpp` of
 //! 0c1e570), each as its `llama_sampler_*_apply` computes it: top-n-sigma (Tang et al. 2024),
 //! locally typical sampling (Meister et al. 2022), XTC ("exclude top choices"), and dynamic
-//! temperature (entropy-scaled, `temp_ext`). `sampler.rs` runs them in llama.cpp's default
+//! temperature (entropy-scaled, `temp_ext`), and mirostat 1.0 / 2.0's truncations (which
+//! replace top-k/top-p/min-p and steer the surprise of the drawn tokens to a target). `sampler.rs` runs them in llama.cpp's default
 //! order: top_n_sigma, top_k, typical_p, top_p, min_p, xtc, temperature.
 //! Candidates are (token, logit) pairs.
 
@@ -100,6 +101,34 @@ pub fn dynamic_temperature(cand: &[(u32, f32)], temp: f32, range: f32, exponent:
     let max_entropy = (cand.len() as f64).ln();
     let norm = (entropy / max_entropy).clamp(0.0, 1.0);
     lo + (hi - lo) * norm.powf(exponent as f64) as f32
+}
+
+/// Mirostat 2.0 (Basu et al. 2021, llama.cpp's `mirostat_v2`): of candidates sorted by
+/// probability `probs`, how many to keep: those whose surprise -log2 p is at most `mu`
+/// (at least one).
+pub fn mirostat_v2_keep(probs: &[f64], mu: f32) -> usize {
+    let k = probs.iter().take_while(|p| -p.log2() <= mu as f64).count();
+    k.max(1)
+}
+
+/// Mirostat 1.0's k: the Zipf exponent s estimated from the `m` most likely of the sorted
+/// `probs`, then the top-k that makes the expected surprise `mu` over `n_vocab` tokens.
+pub fn mirostat_v1_k(probs: &[f64], mu: f32, n_vocab: usize, m: usize) -> usize {
+    let (mut sum_tb, mut sum_tt) = (0f64, 0f64);
+    for i in 0..(m - 1).min(probs.len().saturating_sub(1)) {
+        let t = ((i + 2) as f64 / (i + 1) as f64).ln();
+        let b = (probs[i] / probs[i + 1]).ln();
+        sum_tb += t * b;
+        sum_tt += t * t;
+    }
+    let s = sum_tb / sum_tt;
+    let eps = s - 1.0;
+    let k = (eps * 2f64.powf(mu as f64) / (1.0 - (n_vocab as f64).powf(-eps))).powf(1.0 / s);
+    if k.is_finite() && k >= 1.0 {
+        (k as usize).min(probs.len())
+    } else {
+        1
+    }
 }
 
 #[cfg(test)]
