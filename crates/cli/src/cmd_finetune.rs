@@ -109,10 +109,7 @@ pub fn run(a: Args) -> Result<()> {
             recipe.train.steps,
             recipe.train.batch * recipe.train.grad_accum,
             recipe.train.ctx,
-            match world.size() {
-                1 => String::new(),
-                n => format!(" over {n} ranks"),
-            },
+            crate::ranks::over_ranks(),
             if resume { ", resuming" } else { "" }
         );
     }

@@ -121,3 +121,11 @@ pub fn report_sums(wall: f64) {
         );
     }
 }
+
+/// " over N ranks" in a run's opening line, when there are several.
+pub fn over_ranks() -> String {
+    match world().size() {
+        1 => String::new(),
+        n => format!(" over {n} ranks"),
+    }
+}

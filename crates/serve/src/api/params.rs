@@ -74,6 +74,11 @@ fn logit_bias(f: &Fields, vocab: usize) -> Result<Vec<(u32, f32)>, ApiError> {
     Ok(out)
 }
 
+/// Field `key` in lo..=hi, or `default` when absent.
+fn or(f: &Fields, key: &str, lo: f32, hi: f32, default: f32) -> Result<f32, ApiError> {
+    Ok(f.f32_in(key, lo, hi)?.unwrap_or(default))
+}
+
 pub fn sampler(f: &Fields, vocab: usize) -> Result<SamplerConfig, ApiError> {
     let d = SamplerConfig::default();
     let seed = match f.int_in("seed", i64::MIN, i64::MAX)? {
@@ -102,29 +107,15 @@ pub fn sampler(f: &Fields, vocab: usize) -> Result<SamplerConfig, ApiError> {
         logit_bias: logit_bias(f, vocab)?,
         seed,
         // llama-server's names for the samplers beyond top-k/top-p/min-p
-        top_n_sigma: f
-            .f32_in("top_n_sigma", -1.0, 100.0)?
-            .unwrap_or(d.top_n_sigma),
-        typical_p: f.f32_in("typical_p", 0.0, 1.0)?.unwrap_or(d.typical_p),
-        xtc_probability: f
-            .f32_in("xtc_probability", 0.0, 1.0)?
-            .unwrap_or(d.xtc_probability),
-        xtc_threshold: f
-            .f32_in("xtc_threshold", 0.0, 1.0)?
-            .unwrap_or(d.xtc_threshold),
-        dynatemp_range: f
-            .f32_in("dynatemp_range", 0.0, 5.0)?
-            .unwrap_or(d.dynatemp_range),
-        dynatemp_exponent: f
-            .f32_in("dynatemp_exponent", 0.0, 10.0)?
-            .unwrap_or(d.dynatemp_exponent),
+        top_n_sigma: or(f, "top_n_sigma", -1.0, 100.0, d.top_n_sigma)?,
+        typical_p: or(f, "typical_p", 0.0, 1.0, d.typical_p)?,
+        xtc_probability: or(f, "xtc_probability", 0.0, 1.0, d.xtc_probability)?,
+        xtc_threshold: or(f, "xtc_threshold", 0.0, 1.0, d.xtc_threshold)?,
+        dynatemp_range: or(f, "dynatemp_range", 0.0, 5.0, d.dynatemp_range)?,
+        dynatemp_exponent: or(f, "dynatemp_exponent", 0.0, 10.0, d.dynatemp_exponent)?,
         mirostat: f.int_in("mirostat", 0, 2)?.map_or(d.mirostat, |m| m as u8),
-        mirostat_tau: f
-            .f32_in("mirostat_tau", 0.0, 100.0)?
-            .unwrap_or(d.mirostat_tau),
-        mirostat_eta: f
-            .f32_in("mirostat_eta", 0.0, 10.0)?
-            .unwrap_or(d.mirostat_eta),
+        mirostat_tau: or(f, "mirostat_tau", 0.0, 100.0, d.mirostat_tau)?,
+        mirostat_eta: or(f, "mirostat_eta", 0.0, 10.0, d.mirostat_eta)?,
     })
 }
 

@@ -4,6 +4,7 @@
 //! temperature (dynamic where asked; `samplers.rs` has the newer ones), then a draw from a
 //! seeded RNG. Temperature <= 0 is greedy (argmax after bias and penalties).
 
+use super::samplers::softmax_of;
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use std::collections::HashMap;
@@ -300,18 +301,6 @@ impl Sampler {
         softmax_of(&self.cand, t, &mut self.probs);
         None
     }
-}
-
-/// Probabilities of the candidates at temperature `temp`, into `out`.
-fn softmax_of(cand: &[(u32, f32)], temp: f32, out: &mut Vec<f64>) {
-    let max = cand.iter().map(|x| x.1).fold(f32::NEG_INFINITY, f32::max) as f64;
-    out.clear();
-    out.extend(
-        cand.iter()
-            .map(|x| ((x.1 as f64 - max) / temp as f64).exp()),
-    );
-    let s: f64 = out.iter().sum();
-    out.iter_mut().for_each(|v| *v /= s);
 }
 
 /// The order candidates are kept and listed in: the larger logit first, then the lower id.

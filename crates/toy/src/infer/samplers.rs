@@ -34,12 +34,31 @@ pub fn top_n_sigma(l: &mut [f32], n: f32) {
         .for_each(|v| *v = f32::NEG_INFINITY);
 }
 
-/// Softmax of the candidates' logits (at temperature 1), in f64.
+/// The probabilities of candidates at temperature `temp` (the sampler's softmax), into `out`.
+pub(super) fn softmax_of(cand: &[(u32, f32)], temp: f32, out: &mut Vec<f64>) {
+    let max = cand.iter().map(|x| x.1).fold(f32::NEG_INFINITY, f32::max) as f64;
+    out.clear();
+    out.extend(
+        cand.iter()
+            .map(|x| ((x.1 as f64 - max) / temp as f64).exp()),
+    );
+    let s: f64 = out.iter().sum();
+    out.iter_mut().for_each(|v| *v /= s);
+}
+
+/// Softmax of the candidates' logits at temperature 1.
 fn probs(cand: &[(u32, f32)]) -> Vec<f64> {
-    let max = cand.iter().map(|c| c.1).fold(f32::NEG_INFINITY, f32::max) as f64;
-    let e: Vec<f64> = cand.iter().map(|c| (c.1 as f64 - max).exp()).collect();
-    let s: f64 = e.iter().sum();
-    e.into_iter().map(|x| x / s).collect()
+    let mut out = Vec::with_capacity(cand.len());
+    softmax_of(cand, 1.0, &mut out);
+    out
+}
+
+/// The entropy (nats) of a distribution.
+fn entropy(pr: &[f64]) -> f64 {
+    -pr.iter()
+        .filter(|&&x| x > 0.0)
+        .map(|x| x * x.ln())
+        .sum::<f64>()
 }
 
 /// Locally typical sampling: the tokens whose surprise -ln p is closest to the entropy,
@@ -50,11 +69,7 @@ pub fn typical(cand: &mut Vec<(u32, f32)>, p: f32) {
         return;
     }
     let pr = probs(cand);
-    let entropy: f64 = -pr
-        .iter()
-        .filter(|&&x| x > 0.0)
-        .map(|x| x * x.ln())
-        .sum::<f64>();
+    let entropy = entropy(&pr);
     let shifted: Vec<f64> = pr.iter().map(|x| (-x.ln() - entropy).abs()).collect();
     let mut order: Vec<usize> = (0..cand.len()).collect();
     order.sort_by(|&a, &b| shifted[a].total_cmp(&shifted[b]));
@@ -93,11 +108,7 @@ pub fn dynamic_temperature(cand: &[(u32, f32)], temp: f32, range: f32, exponent:
     }
     let (lo, hi) = ((temp - range).max(0.0), temp + range);
     let pr = probs(cand);
-    let entropy: f64 = -pr
-        .iter()
-        .filter(|&&x| x > 0.0)
-        .map(|x| x * x.ln())
-        .sum::<f64>();
+    let entropy = entropy(&pr);
     let max_entropy = (cand.len() as f64).ln();
     let norm = (entropy / max_entropy).clamp(0.0, 1.0);
     lo + (hi - lo) * norm.powf(exponent as f64) as f32
