@@ -53,7 +53,7 @@ pub fn run(a: Args) -> Result<()> {
     let opts = GenerateOptions {
         max_tokens: a.n_predict,
         stop: Vec::new(),
-        sampler: a.sampling.config(),
+        sampler: a.sampling.config(&tok),
     };
     eprintln!(
         "chatting with {} (seed {}; /reset clears, /quit or Ctrl-D leaves)",

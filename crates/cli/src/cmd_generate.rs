@@ -73,7 +73,7 @@ pub fn run(a: Args) -> Result<()> {
     let opts = GenerateOptions {
         max_tokens: a.n_predict,
         stop: a.stop.clone(),
-        sampler: a.sampling.config(),
+        sampler: a.sampling.config(&tok),
     };
     let seed = opts.sampler.seed;
     let mut out = std::io::stdout().lock();

@@ -7,6 +7,7 @@ use std::sync::Arc;
 use toy::finetune::adapter::LoraAdapter;
 use toy::finetune::merge::merged_gguf;
 use toy::gguf::GgufFile;
+use toy::infer::order::Stage;
 use toy::infer::sampler::SamplerConfig;
 use toy::infer::sampler::DEFAULTS;
 use toy::model::Model;
@@ -217,6 +218,26 @@ pub struct SamplingArgs {
     /// Mirostat's learning rate (eta).
     #[arg(long, default_value_t = DEFAULTS.mirostat_eta)]
     pub mirostat_lr: f32,
+    /// DRY: the penalty multiplier for tokens that would extend a repeat; 0 is off.
+    #[arg(long, default_value_t = DEFAULTS.dry_multiplier)]
+    pub dry_multiplier: f32,
+    /// DRY: the penalty grows as base^(repeat length - allowed length).
+    #[arg(long, default_value_t = DEFAULTS.dry_base)]
+    pub dry_base: f32,
+    /// DRY: repeats longer than this are penalised.
+    #[arg(long, default_value_t = DEFAULTS.dry_allowed_length)]
+    pub dry_allowed_length: usize,
+    /// DRY: how many recent tokens it scans; -1 all, 0 off.
+    #[arg(long, default_value_t = DEFAULTS.dry_penalty_last_n, allow_negative_numbers = true)]
+    pub dry_penalty_last_n: i32,
+    /// DRY: a string that breaks repeats (repeatable) [default: "\n" ":" "\"" "*"].
+    #[arg(long = "dry-sequence-breaker")]
+    pub dry_sequence_breaker: Vec<String>,
+    /// The samplers' order, as llama.cpp's --samplers / --sampling-seq: names separated by ';'
+    /// (top_k;top_p;min_p;temperature) or letters (kpmt) [default:
+    /// penalties;dry;top_n_sigma;top_k;typ_p;top_p;min_p;xtc;temperature].
+    #[arg(long, alias = "sampling-seq", value_parser = parse_order)]
+    pub samplers: Option<Order>,
     /// Logit bias as TOKEN_ID=BIAS (repeatable; BIAS may be -inf).
     #[arg(long = "logit-bias", value_parser = parse_bias)]
     pub logit_bias: Vec<(u32, f32)>,
@@ -224,6 +245,14 @@ pub struct SamplingArgs {
     /// so `--seed N` repeats a run.
     #[arg(long)]
     pub seed: Option<u64>,
+}
+
+/// A sampler order (`--samplers`).
+#[derive(Clone, Debug)]
+pub struct Order(pub Vec<Stage>);
+
+fn parse_order(s: &str) -> Result<Order, String> {
+    toy::infer::order::parse(s).map(Order)
 }
 
 fn parse_bias(s: &str) -> Result<(u32, f32), String> {
@@ -242,8 +271,9 @@ fn parse_bias(s: &str) -> Result<(u32, f32), String> {
 }
 
 impl SamplingArgs {
-    /// The sampler's settings, with the given seed or a fresh one (`config().seed` says which).
-    pub fn config(&self) -> SamplerConfig {
+    /// The sampler's settings, with the given seed or a fresh one (`config().seed` says which),
+    /// DRY's breakers matched against `tok`.
+    pub fn config(&self, tok: &Tokenizer) -> SamplerConfig {
         SamplerConfig {
             temperature: self.temperature,
             top_k: self.top_k,
@@ -264,7 +294,15 @@ impl SamplingArgs {
             mirostat: self.mirostat,
             mirostat_tau: self.mirostat_ent,
             mirostat_eta: self.mirostat_lr,
+            dry_multiplier: self.dry_multiplier,
+            dry_base: self.dry_base,
+            dry_allowed_length: self.dry_allowed_length,
+            dry_penalty_last_n: self.dry_penalty_last_n,
+            dry_sequence_breakers: self.dry_sequence_breaker.clone(),
+            samplers: self.samplers.clone().map_or(Vec::new(), |o| o.0),
+            dry_breakers: None,
         }
+        .with_vocab(tok)
     }
 }
 

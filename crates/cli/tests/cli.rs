@@ -493,6 +493,37 @@ fn malformed_logit_bias_is_rejected() {
     }
 }
 
+/// DRY and `--samplers` on the command line: a greedy run that repeats itself stops
+/// repeating under DRY, an order of letters or names is taken, a wrong one is named.
+#[test]
+fn dry_and_the_sampler_order_work_from_the_command_line() {
+    let p = "one two three one two three one two three one two three one two";
+    let greedy = generate(&["-p", p, "-n", "6", "--temp", "0"]);
+    let dry = generate(&["-p", p, "-n", "6", "--temp", "0", "--dry-multiplier", "4"]);
+    assert_ne!(
+        greedy["ids"], dry["ids"],
+        "DRY must change a repeating greedy run"
+    );
+    for order in ["kt", "top_k;temperature", "penalties,dry,min_p,temp"] {
+        let v = generate(&["-p", "Hi", "-n", "2", "--seed", "1", "--samplers", order]);
+        assert!(
+            v["ids"].as_array().is_some_and(|a| !a.is_empty()),
+            "{order}: {v}"
+        );
+    }
+    let m = model();
+    let e = toy_err(&[
+        "generate",
+        "-m",
+        &m,
+        "-p",
+        "hi",
+        "--samplers",
+        "top_k;bogus",
+    ]);
+    assert!(e.contains("--samplers") && e.contains("\"bogus\""), "{e}");
+}
+
 /// `toy bench -d`: the tests start from a cache already holding that context (llama-bench's
 /// depth), so a decode at depth reads a longer cache than one from empty.
 #[test]

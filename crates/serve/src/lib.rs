@@ -29,11 +29,14 @@
 //!   refused with a 400 naming them.
 //! - Other unknown fields (`user`, `metadata`, `store`, `service_tier`, ...) change nothing
 //!   about the output and are ignored, as OpenAI's own API ignores what it does not use.
-//! - `null` counts as absent. `model` may be left out when one model is served; a name
-//!   that is not served is a 404 `model_not_found`.
-//! - Sampling defaults: OpenAI's (`temperature` 1, `top_p` 1, no penalties) plus
-//!   llama.cpp's for its extras (`top_k` 40, `min_p` 0.05, `repeat_penalty` 1,
-//!   `repeat_last_n` 64). `temperature` 0 is greedy. Without `seed` each request draws a
+//! - `null` counts as absent. `model` may be left out when one model is served, and then
+//!   any name answers with it (its own name in the reply) unless `--exact-model`; with
+//!   several, a name that is not served (nor an `--alias`) is a 404 `model_not_found`.
+//! - Sampling defaults: llama.cpp's, one set for the CLI and the server
+//!   (`toy::infer::sampler::DEFAULTS`: `temperature` 0.8, `top_k` 40, `top_p` 0.95,
+//!   `min_p` 0.05, no penalties, `repeat_last_n` 64), with llama-server's fields for the
+//!   rest (mirostat, typical_p, DRY, XTC, top_n_sigma, dynatemp, `samplers` order).
+//!   `temperature` 0 is greedy. Without `seed` each request draws a
 //!   fresh one; choice i of a request samples with `seed + i`.
 //! - `max_tokens` (or `max_completion_tokens`) defaults to the rest of the context for
 //!   chat and to 16 for completions; reaching the context ends with `finish_reason`

@@ -161,6 +161,25 @@ async fn llama_server_sampling_fields_are_taken_and_checked() {
         ("mirostat", json!(2)),
         ("mirostat_tau", json!(4.0)),
         ("mirostat_eta", json!(0.2)),
+        ("dry_multiplier", json!(0.8)),
+        ("dry_base", json!(1.75)),
+        ("dry_allowed_length", json!(2)),
+        ("dry_penalty_last_n", json!(-1)),
+        ("dry_sequence_breakers", json!(["\n", ":", "\"", "*"])),
+        (
+            "samplers",
+            json!([
+                "penalties",
+                "dry",
+                "top_k",
+                "typ_p",
+                "top_p",
+                "min_p",
+                "xtc",
+                "temperature"
+            ]),
+        ),
+        ("grammar", json!("")),
     ] {
         body[k] = v;
     }
@@ -170,6 +189,14 @@ async fn llama_server_sampling_fields_are_taken_and_checked() {
         ("typical_p", json!(2.0)),
         ("xtc_probability", json!(-1)),
         ("dynatemp_range", json!("x")),
+        ("mirostat", json!(3)),
+        ("dry_allowed_length", json!(-1)),
+        ("dry_penalty_last_n", json!(-2)),
+        ("dry_sequence_breakers", json!([])),
+        ("dry_sequence_breakers", json!("\n")),
+        ("samplers", json!(["top_k", "bogus"])),
+        ("samplers", json!("kq")),
+        ("samplers", json!(5)),
     ] {
         let mut b = chat("Say hi.", 4);
         b[k] = bad;
@@ -177,4 +204,54 @@ async fn llama_server_sampling_fields_are_taken_and_checked() {
         assert_eq!(st, 400, "{k}: {v}");
         assert_eq!(v["error"]["param"], k, "{v}");
     }
+    // the order as letters, and an order without temperature
+    let mut b = chat("Say hi.", 4);
+    b["samplers"] = json!("kpm");
+    let (st, v) = post(s, "/v1/chat/completions", &b).await;
+    assert_eq!(st, 200, "{v}");
+}
+
+/// The body SillyTavern 1.12.6 builds for its llama.cpp text-completion type with its default
+/// settings (`getTextGenGenerationData`, run on its source; fixtures/sillytavern-llamacpp.json):
+/// dozens of fields for other back ends, `dry_sequence_breakers` as a JSON string, `samplers`
+/// naming `tfs_z`, `logit_bias` as an empty list of pairs, `seed` -1, `grammar` "". Accepted,
+/// streamed, and the same body without `stream` answers in one piece.
+#[tokio::test]
+async fn a_sillytavern_llama_cpp_body_is_accepted() {
+    let s = shared();
+    let body: serde_json::Value =
+        serde_json::from_str(include_str!("fixtures/sillytavern-llamacpp.json")).unwrap();
+    let r = client()
+        .post(url(s, "/v1/completions"))
+        .header("content-type", "application/json")
+        .body(body.to_string())
+        .send()
+        .await
+        .expect("sent");
+    assert_eq!(r.status(), 200);
+    let text = r.text().await.unwrap();
+    assert!(
+        text.contains("data: ") && text.trim_end().ends_with("data: [DONE]"),
+        "{text}"
+    );
+    let mut plain = body.clone();
+    plain["stream"] = json!(false);
+    let (st, v) = post(s, "/v1/completions", &plain).await;
+    assert_eq!(st, 200, "{v}");
+    assert!(v["choices"][0]["text"].is_string(), "{v}");
+    // the pairs form of logit_bias bans a token by text, with false
+    let mut banned = plain.clone();
+    banned["temperature"] = json!(0);
+    let (_, free) = post(s, "/v1/completions", &banned).await;
+    let first = free["choices"][0]["text"].as_str().unwrap().to_string();
+    let word = first.split_whitespace().next().unwrap_or("").to_string();
+    assert!(!word.is_empty(), "{free}");
+    banned["logit_bias"] = json!([[format!(" {word}"), false], [word.clone(), false]]);
+    let (st, v) = post(s, "/v1/completions", &banned).await;
+    assert_eq!(st, 200, "{v}");
+    let again = v["choices"][0]["text"].as_str().unwrap();
+    assert!(
+        !again.trim_start().starts_with(&word),
+        "{word:?} banned, got {again:?}"
+    );
 }

@@ -28,7 +28,8 @@ pub fn requested(f: &Fields) -> Result<Option<(Constraint, &'static str)>, ApiEr
         }
         found.push((Constraint::JsonSchema(s.clone()), "json_schema"));
     }
-    if let Some(g) = f.str("grammar")? {
+    // an empty grammar is none, as llama-server takes it (front ends send "grammar": "")
+    if let Some(g) = f.str("grammar")?.filter(|g| !g.trim().is_empty()) {
         found.push((Constraint::Lark(g.to_string()), "grammar"));
     }
     if let Some(r) = f.str("regex")? {

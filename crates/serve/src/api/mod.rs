@@ -12,5 +12,6 @@ pub mod lora;
 pub mod misc;
 mod params;
 pub mod runs;
+mod sampling;
 mod sse;
 mod tools;

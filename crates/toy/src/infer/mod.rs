@@ -5,6 +5,8 @@
 pub mod constrain;
 pub mod generate;
 pub use crate::model::kv_cache;
+pub mod dry;
+pub mod order;
 pub mod sampler;
 pub mod samplers;
 pub mod spec_tune;

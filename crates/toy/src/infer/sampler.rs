@@ -1,14 +1,19 @@
-//! Token sampling, in the order of llama.cpp's default sampler chain (`common/sampling.cpp`):
-//! logit bias, repetition / presence / frequency penalties over the last `penalty_last_n`
-//! tokens, top-n-sigma, top-k, typical-p, top-p (Holtzman et al. 2019), min-p, XTC,
-//! temperature (dynamic where asked; `samplers.rs` has the newer ones), then a draw from a
-//! seeded RNG. Temperature <= 0 is greedy (argmax after bias and penalties).
+//! Token sampling as llama.cpp's sampler chain (`common/sampling.cpp`): logit bias, then the
+//! stages in `samplers` order (default: repetition / presence / frequency penalties over the
+//! last `penalty_last_n` tokens, DRY, top-n-sigma, top-k, typical-p, top-p (Holtzman et al.
+//! 2019), min-p, XTC, temperature (dynamic where asked); `samplers.rs` and `dry.rs` have the
+//! newer ones, `order.rs` the names), then a draw from a seeded RNG. Temperature <= 0 is
+//! greedy (argmax after bias, penalties and DRY). Mirostat replaces the chain after the bias
+//! with temperature and its own truncation, as in llama.cpp.
 
+use super::dry::{Dry, DryBreakers};
+use super::order::{Stage, DEFAULT_ORDER};
 use super::samplers::softmax_of;
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
 
 /// A seed for a run or request that gives none, as llama.cpp and ollama draw one: different
 /// on every call (the clock's nanoseconds mixed with a per-process counter).
@@ -56,6 +61,18 @@ pub struct SamplerConfig {
     pub mirostat: u8,
     pub mirostat_tau: f32,
     pub mirostat_eta: f32,
+    /// DRY: penalty `multiplier * base^(length - allowed_length)` on tokens that extend a
+    /// repeat within the last `dry_penalty_last_n` tokens (-1: all); multiplier 0 is off.
+    pub dry_multiplier: f32,
+    pub dry_base: f32,
+    pub dry_allowed_length: usize,
+    pub dry_penalty_last_n: i32,
+    /// Strings that break DRY's sequences; empty: llama.cpp's `\n`, `:`, `"`, `*`.
+    pub dry_sequence_breakers: Vec<String>,
+    /// The chain's order; empty: llama.cpp's default (`order::DEFAULT_ORDER`).
+    pub samplers: Vec<Stage>,
+    /// DRY's breakers matched against the vocabulary (`with_vocab`); None: no breakers.
+    pub dry_breakers: Option<Arc<DryBreakers>>,
 }
 
 /// The one default of every sampling setting, llama.cpp's (`common_params_sampling`): what
@@ -80,6 +97,13 @@ pub const DEFAULTS: SamplerConfig = SamplerConfig {
     mirostat: 0,
     mirostat_tau: 5.0,
     mirostat_eta: 0.1,
+    dry_multiplier: 0.0,
+    dry_base: 1.75,
+    dry_allowed_length: 2,
+    dry_penalty_last_n: -1,
+    dry_sequence_breakers: Vec::new(),
+    samplers: Vec::new(),
+    dry_breakers: None,
 };
 
 impl Default for SamplerConfig {
@@ -96,6 +120,34 @@ impl SamplerConfig {
             ..Self::default()
         }
     }
+
+    /// Matches DRY's sequence breakers against the vocabulary when DRY is on: every config
+    /// made from a user's settings goes through this.
+    pub fn with_vocab(mut self, tok: &crate::tokenizer::Tokenizer) -> Self {
+        if self.dry().is_on() && self.dry_breakers.is_none() {
+            let b = DryBreakers::new(tok, &self.dry_sequence_breakers);
+            self.dry_breakers = Some(Arc::new(b));
+        }
+        self
+    }
+
+    /// The chain's stages in order.
+    pub fn order(&self) -> &[Stage] {
+        if self.samplers.is_empty() {
+            &DEFAULT_ORDER
+        } else {
+            &self.samplers
+        }
+    }
+
+    fn dry(&self) -> Dry {
+        Dry {
+            multiplier: self.dry_multiplier,
+            base: self.dry_base,
+            allowed_length: self.dry_allowed_length,
+            last_n: self.dry_penalty_last_n,
+        }
+    }
 }
 
 pub struct Sampler {
@@ -108,12 +160,28 @@ pub struct Sampler {
     probs: Vec<f64>,
     /// Mirostat's running surprise bound (bits), from 2 tau.
     mu: f32,
+    /// DRY's sequence breakers as tokens (`with_vocab`); none until then.
+    breakers: Arc<DryBreakers>,
+    /// The order llama.cpp's candidate array would be in, where it is not sorted.
+    phys: Phys,
+}
+
+/// The physical order of llama.cpp's candidate array, which its top-p sums the softmax's
+/// normaliser in (f32, so the order shows in the cut): sorted, the vocabulary's order (before
+/// any sorting stage), or a list (after typical, or a penalty on a sorted array).
+#[derive(Clone, Debug, Default)]
+enum Phys {
+    #[default]
+    Sorted,
+    ById,
+    List(Vec<u32>),
 }
 
 impl Sampler {
     pub fn new(cfg: SamplerConfig) -> Self {
         let rng = StdRng::seed_from_u64(cfg.seed);
         let cfg_tau = cfg.mirostat_tau;
+        let cfg_breakers = cfg.dry_breakers.clone().unwrap_or_default();
         Self {
             cfg,
             rng,
@@ -121,6 +189,8 @@ impl Sampler {
             cand: Vec::new(),
             probs: Vec::new(),
             mu: 2.0 * cfg_tau,
+            breakers: cfg_breakers,
+            phys: Phys::Sorted,
         }
     }
 
@@ -135,33 +205,54 @@ impl Sampler {
         self.history.extend_from_slice(tokens);
     }
 
-    /// Apply bias and penalties to `logits` in place.
+    /// Apply bias, penalties and DRY to `logits` in place (what greedy decoding sees).
     pub fn adjust(&self, logits: &mut [f32]) {
+        self.bias(logits);
+        for s in self.cfg.order() {
+            match s {
+                Stage::Penalties => self.penalties().for_each(|f| apply(logits, f)),
+                Stage::Dry => self.dry().for_each(|f| apply(logits, f)),
+                _ => {}
+            }
+        }
+    }
+
+    fn bias(&self, logits: &mut [f32]) {
         for &(id, b) in &self.cfg.logit_bias {
             if let Some(l) = logits.get_mut(id as usize) {
                 *l += b;
             }
         }
+    }
+
+    /// The repetition / frequency / presence penalties, as changes to the logits of the
+    /// tokens in the last `penalty_last_n`.
+    fn penalties(&self) -> impl Iterator<Item = (u32, Change)> {
         let c = &self.cfg;
-        if c.repeat_penalty == 1.0 && c.presence_penalty == 0.0 && c.frequency_penalty == 0.0 {
-            return;
-        }
+        let on =
+            !(c.repeat_penalty == 1.0 && c.presence_penalty == 0.0 && c.frequency_penalty == 0.0);
         let recent = &self.history[self.history.len().saturating_sub(c.penalty_last_n)..];
         let mut counts: HashMap<u32, u32> = HashMap::new();
-        recent
-            .iter()
-            .for_each(|&id| *counts.entry(id).or_default() += 1);
-        for (&id, &n) in &counts {
-            let Some(l) = logits.get_mut(id as usize) else {
-                continue;
-            };
-            *l = if *l > 0.0 {
-                *l / c.repeat_penalty
-            } else {
-                *l * c.repeat_penalty
-            };
-            *l -= n as f32 * c.frequency_penalty + c.presence_penalty;
+        if on {
+            recent
+                .iter()
+                .for_each(|&id| *counts.entry(id).or_default() += 1);
         }
+        let (rep, freq, pres) = (c.repeat_penalty, c.frequency_penalty, c.presence_penalty);
+        counts.into_iter().map(move |(id, n)| {
+            (
+                id,
+                Change::Penalty {
+                    rep,
+                    sub: n as f32 * freq + pres,
+                },
+            )
+        })
+    }
+
+    fn dry(&self) -> impl Iterator<Item = (u32, Change)> {
+        let p = self.cfg.dry().penalties(&self.history, &self.breakers);
+        p.into_iter().map(|(id, d)| (id, Change::Sub(d)))
     }
 
     /// Choose the next token from raw logits (V). Does not record it; call `accept`.
@@ -178,6 +269,7 @@ impl Sampler {
             && c.repeat_penalty == 1.0
             && c.presence_penalty == 0.0
             && c.frequency_penalty == 0.0
+            && !c.dry().is_on()
     }
 
     /// `sample` on logits the caller no longer needs: bias and penalties are applied to
@@ -246,60 +338,187 @@ impl Sampler {
     /// Adjusts `l` and filters it to the candidates and their probabilities (`cand`,
     /// `probs`); returns the token itself where no draw is needed (greedy, nothing finite).
     fn candidates(&mut self, l: &mut [f32]) -> Option<u32> {
-        self.adjust(l);
         if self.cfg.temperature <= 0.0 {
+            self.adjust(l);
             return Some(argmax(l));
         }
+        self.bias(l);
         if self.cfg.mirostat != 0 {
             return self.mirostat_candidates(l);
         }
-        super::samplers::top_n_sigma(l, self.cfg.top_n_sigma);
-        match self.cfg.top_k {
-            0 => {
+        let order = std::mem::take(&mut self.cfg.samplers);
+        let stages = if order.is_empty() {
+            &DEFAULT_ORDER[..]
+        } else {
+            &order[..]
+        };
+        // the stages before the first cut run on the whole vector `l`, in place
+        let mut first_cut = stages.len();
+        for (i, s) in stages.iter().enumerate() {
+            match s {
+                Stage::Penalties => self.penalties().for_each(|f| apply(l, f)),
+                Stage::Dry => self.dry().for_each(|f| apply(l, f)),
+                Stage::TopNSigma => super::samplers::top_n_sigma(l, self.cfg.top_n_sigma),
+                _ => {
+                    first_cut = i;
+                    break;
+                }
+            }
+        }
+        self.phys = Phys::Sorted;
+        match stages.get(first_cut) {
+            Some(Stage::TopK) if self.cfg.top_k > 0 => top_k(l, self.cfg.top_k, &mut self.cand),
+            _ => {
+                self.phys = Phys::ById;
                 self.cand.clear();
                 let finite = l.iter().enumerate().filter(|(_, v)| v.is_finite());
                 self.cand.extend(finite.map(|(i, v)| (i as u32, *v)));
             }
-            k => top_k(l, k, &mut self.cand),
         }
+        self.cand.sort_unstable_by(rank);
+        let mut t = 1.0;
+        for (i, &s) in stages.iter().enumerate().skip(first_cut) {
+            if self.cand.is_empty() {
+                break;
+            }
+            t = self.stage(s, i + 1 == stages.len());
+        }
+        self.cfg.samplers = order;
         if self.cand.is_empty() {
             return Some(argmax(l));
         }
-        let c = &self.cfg;
-        self.cand.sort_unstable_by(rank);
-        if c.typical_p < 1.0 {
-            super::samplers::typical(&mut self.cand, c.typical_p);
-            self.cand.sort_unstable_by(rank);
-        }
-        if c.top_p < 1.0 {
-            softmax_of(&self.cand, 1.0, &mut self.probs);
-            let mut cum = 0.0;
-            let keep = self.probs.iter().position(|p| {
-                cum += p;
-                cum >= c.top_p as f64
-            });
-            self.cand.truncate(keep.map_or(self.probs.len(), |i| i + 1));
-        }
-        if c.min_p > 0.0 {
-            let floor = self.cand[0].1 + c.min_p.ln();
-            let keep = self.cand.iter().take_while(|x| x.1 >= floor).count().max(1);
-            self.cand.truncate(keep);
-        }
-        if c.xtc_probability > 0.0 {
-            // a draw only where XTC is on: other settings keep their random streams
-            let u: f64 = self.rng.random();
-            let (prob, threshold) = (self.cfg.xtc_probability, self.cfg.xtc_threshold);
-            super::samplers::xtc(&mut self.cand, prob, threshold, u);
-        }
-        let c = &self.cfg;
-        let t = super::samplers::dynamic_temperature(
-            &self.cand,
-            c.temperature,
-            c.dynatemp_range,
-            c.dynatemp_exponent,
-        );
         softmax_of(&self.cand, t, &mut self.probs);
         None
+    }
+
+    /// One stage on the sorted candidates. Temperature scales the logits the later stages
+    /// see; as the last stage it is returned for the softmax instead (1 otherwise).
+    fn stage(&mut self, s: Stage, last: bool) -> f32 {
+        let c = &self.cfg;
+        match s {
+            Stage::Penalties | Stage::Dry => {
+                let changes: Vec<_> = match s {
+                    Stage::Penalties => self.penalties().collect(),
+                    _ => self.dry().collect(),
+                };
+                let at: HashMap<u32, Change> = changes.into_iter().collect();
+                if let Phys::Sorted = self.phys {
+                    self.phys = Phys::List(self.cand.iter().map(|x| x.0).collect());
+                }
+                for x in self.cand.iter_mut() {
+                    if let Some(ch) = at.get(&x.0) {
+                        x.1 = ch.apply(x.1);
+                    }
+                }
+                self.cand.sort_unstable_by(rank);
+            }
+            Stage::TopNSigma => {
+                let mut v: Vec<f32> = self.cand.iter().map(|x| x.1).collect();
+                super::samplers::top_n_sigma(&mut v, c.top_n_sigma);
+                let keep = v.iter().take_while(|x| x.is_finite()).count();
+                self.cand.truncate(keep);
+            }
+            Stage::TopK if c.top_k > 0 => {
+                self.cand.truncate(c.top_k);
+                self.phys = Phys::Sorted;
+            }
+            Stage::TopK => {}
+            Stage::Typical if c.typical_p < 1.0 => {
+                super::samplers::typical(&mut self.cand, c.typical_p);
+                self.phys = Phys::List(self.cand.iter().map(|x| x.0).collect());
+                self.cand.sort_unstable_by(rank);
+            }
+            Stage::Typical => {}
+            Stage::TopP if c.top_p < 1.0 => {
+                let z = self.llama_order();
+                let keep = super::samplers::top_p_keep(&self.cand, c.top_p, z.as_deref());
+                self.cand.truncate(keep);
+                self.phys = Phys::Sorted;
+            }
+            Stage::TopP => {}
+            Stage::MinP if c.min_p > 0.0 => {
+                let floor = self.cand[0].1 + c.min_p.ln();
+                let keep = self.cand.iter().take_while(|x| x.1 >= floor).count().max(1);
+                self.cand.truncate(keep);
+            }
+            Stage::MinP => {}
+            Stage::Xtc if c.xtc_probability > 0.0 => {
+                // a draw only where XTC is on: other settings keep their random streams
+                let u: f64 = self.rng.random();
+                let (prob, threshold) = (c.xtc_probability, c.xtc_threshold);
+                if super::samplers::xtc(&mut self.cand, prob, threshold, u) {
+                    self.phys = Phys::Sorted;
+                }
+            }
+            Stage::Xtc => {}
+            Stage::Temperature => {
+                let t = super::samplers::dynamic_temperature(
+                    &self.cand,
+                    c.temperature,
+                    c.dynatemp_range,
+                    c.dynatemp_exponent,
+                );
+                if c.dynatemp_range > 0.0 {
+                    self.phys = Phys::Sorted;
+                }
+                if t <= 0.0 {
+                    // a dynamic range reaching 0: the top candidate alone
+                    self.cand.truncate(1);
+                    return 1.0;
+                }
+                if last {
+                    return t;
+                }
+                self.cand.iter_mut().for_each(|x| x.1 /= t);
+            }
+        }
+        1.0
+    }
+}
+
+impl Sampler {
+    /// The candidates in llama.cpp's physical order, where it is not the sorted one.
+    fn llama_order(&self) -> Option<Vec<(u32, f32)>> {
+        match &self.phys {
+            Phys::Sorted => None,
+            Phys::ById => {
+                let mut v = self.cand.clone();
+                v.sort_unstable_by_key(|x| x.0);
+                Some(v)
+            }
+            Phys::List(ids) => {
+                let at: HashMap<u32, f32> = self.cand.iter().copied().collect();
+                Some(
+                    ids.iter()
+                        .filter_map(|id| at.get(id).map(|&l| (*id, l)))
+                        .collect(),
+                )
+            }
+        }
+    }
+}
+
+/// A change to one token's logit.
+#[derive(Clone, Copy, Debug)]
+enum Change {
+    /// Repetition penalty (divide a positive logit, multiply a negative one), then subtract.
+    Penalty { rep: f32, sub: f32 },
+    /// DRY: subtract.
+    Sub(f32),
+}
+
+impl Change {
+    fn apply(self, l: f32) -> f32 {
+        match self {
+            Change::Penalty { rep, sub } => (if l > 0.0 { l / rep } else { l * rep }) - sub,
+            Change::Sub(d) => l - d,
+        }
+    }
+}
+
+fn apply(logits: &mut [f32], (id, ch): (u32, Change)) {
+    if let Some(l) = logits.get_mut(id as usize) {
+        *l = ch.apply(*l);
     }
 }
 

@@ -7,31 +7,69 @@
 //! Candidates are (token, logit) pairs.
 
 /// Top-n-sigma over the whole vocabulary: logits below max - n * std (the standard
-/// deviation of the finite logits) become -inf. n <= 0 leaves them.
+/// deviation of the finite logits) become -inf. n <= 0 leaves them. The mean and deviation
+/// are summed in f32 in the logits' order, as llama.cpp does, so the cut falls where its does.
 pub fn top_n_sigma(l: &mut [f32], n: f32) {
-    if n <= 0.0 {
+    if n <= 0.0 || l.len() <= 1 {
         return;
     }
-    let (mut max, mut sum, mut count) = (f32::NEG_INFINITY, 0f64, 0usize);
+    let (mut max, mut sum, mut count) = (f32::NEG_INFINITY, 0f32, 0usize);
     for &v in l.iter().filter(|v| **v != f32::NEG_INFINITY) {
         max = max.max(v);
-        sum += v as f64;
+        sum += v;
         count += 1;
     }
     if count == 0 {
         return;
     }
-    let mean = sum / count as f64;
-    let var = l
-        .iter()
-        .filter(|v| **v != f32::NEG_INFINITY)
-        .map(|&v| (v as f64 - mean).powi(2))
-        .sum::<f64>()
-        / count as f64;
-    let floor = max - n * var.sqrt() as f32;
+    let mean = sum / count as f32;
+    let mut acc = 0f32;
+    for &v in l.iter().filter(|v| **v != f32::NEG_INFINITY) {
+        // C++'s pow(float, int) is a double, added to a float accumulator
+        acc = (acc as f64 + ((v - mean) as f64).powi(2)) as f32;
+    }
+    let floor = max - n * (acc / count as f32).sqrt();
     l.iter_mut()
         .filter(|v| **v < floor)
         .for_each(|v| *v = f32::NEG_INFINITY);
+}
+
+/// Probabilities as llama.cpp's `llama_sampler_softmax_impl` makes them, in f32 (exp of
+/// logit - max, summed in the candidates' order): the cumulative cuts of top-p and typical
+/// compare these, so they cut where llama.cpp does.
+pub(super) fn probs_f32(cand: &[(u32, f32)]) -> Vec<f32> {
+    let max = cand.iter().map(|x| x.1).fold(f32::NEG_INFINITY, f32::max);
+    let mut p: Vec<f32> = cand.iter().map(|x| (x.1 - max).exp()).collect();
+    let sum = p.iter().fold(0f32, |a, &b| a + b);
+    p.iter_mut().for_each(|x| *x /= sum);
+    p
+}
+
+/// Top-p (Holtzman et al. 2019) on candidates sorted largest first: how many to keep, the
+/// fewest whose probability reaches `p` (running sum in f32, as llama.cpp). `z_order` is the
+/// order llama.cpp's array is in when it sums the softmax's normaliser (None: sorted).
+pub fn top_p_keep(cand: &[(u32, f32)], p: f32, z_order: Option<&[(u32, f32)]>) -> usize {
+    let mut pr = probs_f32(cand);
+    if let Some(z) = z_order {
+        // the same exps, normalised by their sum in llama.cpp's order
+        let max = cand[0].1;
+        let sum = z.iter().fold(0f32, |a, x| a + (x.1 - max).exp());
+        pr = cand.iter().map(|x| (x.1 - max).exp() / sum).collect();
+    }
+    let mut cum = 0f32;
+    pr.iter()
+        .position(|&x| {
+            cum += x;
+            cum >= p
+        })
+        .map_or(cand.len(), |i| i + 1)
+}
+
+/// The entropy (nats) of f32 probabilities, zeros skipped, summed in f32.
+fn entropy_f32(pr: &[f32]) -> f32 {
+    pr.iter()
+        .filter(|&&x| x > 0.0)
+        .fold(0f32, |e, &x| e - x * x.ln())
 }
 
 /// The probabilities of candidates at temperature `temp` (the sampler's softmax), into `out`.
@@ -53,31 +91,24 @@ fn probs(cand: &[(u32, f32)]) -> Vec<f64> {
     out
 }
 
-/// The entropy (nats) of a distribution.
-fn entropy(pr: &[f64]) -> f64 {
-    -pr.iter()
-        .filter(|&&x| x > 0.0)
-        .map(|x| x * x.ln())
-        .sum::<f64>()
-}
-
 /// Locally typical sampling: the tokens whose surprise -ln p is closest to the entropy,
 /// nearest first, until their probability passes `p` (at least one). p >= 1 keeps all.
-/// The kept candidates come back in that order.
+/// The kept candidates come back in that order. In f32 as llama.cpp, except that a
+/// probability of 0 adds nothing to the entropy (llama.cpp's sum turns NaN there).
 pub fn typical(cand: &mut Vec<(u32, f32)>, p: f32) {
     if p >= 1.0 || cand.len() < 2 {
         return;
     }
-    let pr = probs(cand);
-    let entropy = entropy(&pr);
-    let shifted: Vec<f64> = pr.iter().map(|x| (-x.ln() - entropy).abs()).collect();
+    let pr = probs_f32(cand);
+    let entropy = entropy_f32(&pr);
+    let shifted: Vec<f32> = pr.iter().map(|x| (-x.ln() - entropy).abs()).collect();
     let mut order: Vec<usize> = (0..cand.len()).collect();
     order.sort_by(|&a, &b| shifted[a].total_cmp(&shifted[b]));
-    let mut cum = 0.0;
+    let mut cum = 0f32;
     let mut keep = order.len();
     for (i, &j) in order.iter().enumerate() {
         cum += pr[j];
-        if cum > p as f64 {
+        if cum > p {
             keep = i + 1;
             break;
         }
@@ -87,31 +118,31 @@ pub fn typical(cand: &mut Vec<(u32, f32)>, p: f32) {
 
 /// XTC: with probability `prob` (drawn as `u`), when two or more candidates have probability
 /// at least `threshold`, all of them but the least likely one are removed. Needs candidates
-/// sorted by logit, largest first; a threshold above 0.5 never finds two.
-pub fn xtc(cand: &mut Vec<(u32, f32)>, prob: f32, threshold: f32, u: f64) {
+/// sorted by logit, largest first; a threshold above 0.5 never finds two. Whether it ran
+/// (llama.cpp sorts its array then).
+pub fn xtc(cand: &mut Vec<(u32, f32)>, prob: f32, threshold: f32, u: f64) -> bool {
     if prob <= 0.0 || threshold > 0.5 || cand.len() < 2 || u >= prob as f64 {
-        return;
+        return false;
     }
     let pr = probs(cand);
     let above = pr.iter().take_while(|&&x| x >= threshold as f64).count();
     if above >= 2 {
         cand.drain(..above - 1);
     }
+    true
 }
 
 /// Dynamic temperature: with `range` > 0 the temperature moves within temp ± range with
 /// the candidates' normalised entropy (0 for one certain token, 1 for a uniform spread) to
-/// the power `exponent`; otherwise it is `temp`.
+/// the power `exponent`; otherwise it is `temp`. In f32 as llama.cpp's `temp_ext`.
 pub fn dynamic_temperature(cand: &[(u32, f32)], temp: f32, range: f32, exponent: f32) -> f32 {
     if range <= 0.0 || cand.len() < 2 {
         return temp;
     }
     let (lo, hi) = ((temp - range).max(0.0), temp + range);
-    let pr = probs(cand);
-    let entropy = entropy(&pr);
-    let max_entropy = (cand.len() as f64).ln();
-    let norm = (entropy / max_entropy).clamp(0.0, 1.0);
-    lo + (hi - lo) * norm.powf(exponent as f64) as f32
+    let max_entropy = -(1.0 / cand.len() as f32).ln();
+    let norm = entropy_f32(&probs_f32(cand)) / max_entropy;
+    lo + (hi - lo) * norm.powf(exponent)
 }
 
 /// Mirostat 2.0 (Basu et al. 2021, llama.cpp's `mirostat_v2`): of candidates sorted by
