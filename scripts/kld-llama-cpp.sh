@@ -9,7 +9,7 @@
 #     file against the same base: PPL(base) (read from the file) agrees to 1e-5 and mean KLD
 #     within 2%. Q4_0 is used because its weight rounding dominates the KLD; on Q4_1 (whose
 #     F32 copy holds the same weights) what is left is activation rounding, which the two
-#     engines draw differently (see README, "Evaluation").
+#     engines draw differently (see docs/evaluation.md and docs/benchmarks.md, "Fidelity").
 #
 # Usage: LLAMA_BIN=path/to/llama.cpp/build/bin scripts/kld-llama-cpp.sh [TEXT]
 #   TEXT defaults to ../shared/golden/gpl-3.txt; LLAMA_BIN holds llama-perplexity (a build of

@@ -16,10 +16,10 @@ in this order:
                                 (T=1 prefix, token-by-token decode through the cache)
   dump GGUF OUT_TXT             metadata keys and tensor list of a GGUF (gguf-py)
   check-transforms HF_DIR GGUF  every GGUF tensor recomputed from the HF safetensors with the
-                                converter transforms that docs/qwen35.md lists (1+w norms,
+                                converter transforms that docs/hybrids.md lists (1+w norms,
                                 -exp(A_log), V-head reordering, ...), and compared
   check-numpy GGUF REF_JSON     an independent numpy implementation of llama.cpp's qwen35 graph
-                                (docs/qwen35.md) run on the converted GGUF, compared with
+                                (docs/hybrids.md) run on the converted GGUF, compared with
                                 transformers; plus "mutations" (deliberate convention errors) that
                                 must each move the log-probs by far more than the tolerance
   check-llama GGUF REF_JSON     llama.cpp (llama-cpp-python) on the same ids (optional)

@@ -19,9 +19,9 @@
 #
 # Checks (any failure exits 1): the rebuilt tokenizer hashes to the converter's "smollm" entry;
 # transformers agrees with itself (T=1, a prefix, token-by-token decode through its cache);
-# every GGUF tensor equals the HF tensor under the transforms of docs/qwen35.md
+# every GGUF tensor equals the HF tensor under the transforms of docs/hybrids.md
 # (check-transforms); an independent numpy implementation of llama.cpp's qwen35 graph
-# (docs/qwen35.md) on the GGUF matches transformers within 1e-4, and each of 13 deliberate
+# (docs/hybrids.md) on the GGUF matches transformers within 1e-4, and each of 13 deliberate
 # convention errors moves the log-probs by over 1e-2 (check-numpy).
 #
 # Set-up, cached under target/: the venv target/qwen35-venv with torch 2.15.0 installed

@@ -9,7 +9,7 @@
 //! Why: SmolLM2's Q4_1 file dequantized to F32 *is* the unquantized model, so every bit of
 //! KL divergence between the two is activation rounding. ggml's single 8-bit plane (with its
 //! fp16 scale and fp16 block sum) costs KLD 0.0036 on gpl-3.txt; the second plane makes that
-//! rounding 128 times finer (see `toy eval kld` in the README for the measured figures).
+//! rounding 128 times finer (docs/benchmarks.md, "Fidelity", has the measured figures).
 
 use super::qdot::Q8_1Act;
 

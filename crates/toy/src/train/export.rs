@@ -7,7 +7,7 @@
 //! attn_norm / ffn_norm weight (and LayerNorm bias) are multiplied by 1/sqrt(l+1), which
 //! gives the same function exactly in real arithmetic.
 //!
-//! A qwen35 hybrid is written as llama.cpp's `qwen35` (docs/qwen35.md, `src/models/qwen35.cpp`):
+//! A qwen35 hybrid is written as llama.cpp's `qwen35` (docs/hybrids.md, `src/models/qwen35.cpp`):
 //! the `ssm.*` shape keys, `attention.recurrent_layers`, `key_length` / `value_length`, the
 //! partial `rope.dimension_count` and the `rope.dimension_sections` llama.cpp requires; the
 //! trained A_log goes out as `ssm_a` = -exp(A_log); depth scaling folds into attn_norm and
