@@ -11,13 +11,17 @@ fake runs dir holding one training run's events.jsonl, opens the page and checks
   - a ViT run's accuracy evaluations draw an accuracy curve beside its loss;
   - the runs view lists the fake run, its canvas draws every step/eval point (data-points and
     pixels of the train-loss colour), and points appended to events.jsonl appear by polling;
-  - the server's own telemetry run shows the requests made above.
+  - the server's own telemetry run shows the requests made above;
+  - a page on another origin (a second port) calls `toy serve --api-key` with streaming: the
+    preflight passes, a request without the key is a 401 it can read, the keyed one streams.
 Prints `browser: N passed, M failed`; exits 1 on any failure, 2 when something it needs is missing.
 
 Run through scripts/browser-test.sh, which makes the venv (websocket-client) and installs chromium.
 """
 import argparse
 import base64
+import functools
+import http.server
 import json
 import os
 import shutil
@@ -26,6 +30,7 @@ import socket
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 import urllib.request
 from pathlib import Path
@@ -33,6 +38,36 @@ from pathlib import Path
 import websocket  # websocket-client
 
 RUN_ID = "fake-train-run"
+
+# A front end on another origin: first a request without the key (a 401 the page can read),
+# then a streamed chat with it, read chunk by chunk; the result lands in window.result.
+FRONT_END_PAGE = """<!doctype html><title>front end</title><script>
+(async () => {
+  try {
+    const body = JSON.stringify({messages: [{role: "user", content: "Say hello."}], max_tokens: 24,
+                                 temperature: 0, stream: true});
+    const headers = {"Content-Type": "application/json"};
+    const bare = await fetch("API/v1/chat/completions", {method: "POST", headers, body});
+    const r = await fetch("API/v1/chat/completions", {method: "POST", body,
+      headers: Object.assign({Authorization: "Bearer KEY"}, headers)});
+    const reader = r.body.getReader(), dec = new TextDecoder();
+    let text = "", chunks = 0, buf = "";
+    for (;;) {
+      const {value, done} = await reader.read();
+      if (done) break;
+      buf += dec.decode(value, {stream: true});
+      let i;
+      while ((i = buf.indexOf("\\n\\n")) >= 0) {
+        const ev = buf.slice(0, i); buf = buf.slice(i + 2);
+        if (!ev.startsWith("data: ") || ev === "data: [DONE]") continue;
+        const c = JSON.parse(ev.slice(6));
+        if (c.choices.length && c.choices[0].delta.content) { text += c.choices[0].delta.content; chunks++; }
+      }
+    }
+    window.result = {unauthorized: bare.status, status: r.status, text, chunks};
+  } catch (e) { window.result = {error: String(e)}; }
+})();
+</script>"""
 
 
 def free_port():
@@ -272,6 +307,9 @@ def main():
         def history_and_stop():
             b.events.clear()
             b.set_value("#max-tokens", "400")
+            # one of the page's other samplers, filled in; the empty ones are not sent
+            b.set_value("#more-sampling [data-field='top_k']", "20")
+            b.set_value("#more-sampling [data-field='samplers']", "kt")
             b.type_into("#chat-input", "Now count from 1 to 200, separated by commas.")
             b.click("#send")
             wait_for(lambda: b.js("[...document.querySelectorAll('.msg.assistant')].at(-1).dataset.chunks > 0"),
@@ -292,7 +330,44 @@ def main():
             assert body["messages"][1]["content"] == answers[0], "first answer not in the history"
             assert body["stream"] is True and body["stream_options"] == {"include_usage": True}, body
             assert body["temperature"] == 0 and body["max_tokens"] == 400, body
-        checks.run("the history is sent and the stop button aborts the stream", history_and_stop)
+            assert body["top_k"] == 20 and body["samplers"] == "kt" and "min_p" not in body, body
+            b.set_value("#more-sampling [data-field='top_k']", "")
+            b.set_value("#more-sampling [data-field='samplers']", "")
+        checks.run("the history and the page's sampler settings are sent; stop aborts the stream", history_and_stop)
+
+        def cross_origin_page_streams():
+            # a page served from another origin (a second port) calls a `toy serve --api-key`
+            # with streaming, as a web front end would: the preflight, the key, the reply read
+            key_port, page_port = free_port(), free_port()
+            keyed = subprocess.Popen([args.toy, "serve", "-m", args.model, "--port", str(key_port),
+                                      "--api-key", "KEY", "--runs-dir", os.path.join(tmp, "runs-keyed")],
+                                     stdout=sys.stderr, stderr=sys.stderr, start_new_session=True)
+            site = os.path.join(tmp, "site")
+            os.makedirs(site, exist_ok=True)
+            Path(site, "front.html").write_text(FRONT_END_PAGE.replace("API", f"http://127.0.0.1:{key_port}"))
+            handler = functools.partial(http.server.SimpleHTTPRequestHandler, directory=site)
+            httpd = http.server.ThreadingHTTPServer(("127.0.0.1", page_port), handler)
+            threading.Thread(target=httpd.serve_forever, daemon=True).start()
+            try:
+                def keyed_up():
+                    try:
+                        return urllib.request.urlopen(f"http://127.0.0.1:{key_port}/health", timeout=2).status == 200
+                    except OSError:
+                        return False
+                wait_for(keyed_up, 60, "the keyed server", interval=0.2)
+                b.cmd("Page.navigate", url=f"http://127.0.0.1:{page_port}/front.html")
+                out = wait_for(lambda: b.js("window.result || null"), 60, "the cross-origin page's result")
+                assert out.get("error") is None, out
+                assert out["unauthorized"] == 401, out
+                assert out["status"] == 200 and out["chunks"] >= 2 and out["text"].strip(), out
+                print(f"     cross-origin reply ({out['chunks']} chunks): {out['text'][:60]!r}")
+            finally:
+                httpd.shutdown()
+                os.killpg(keyed.pid, signal.SIGTERM)
+                keyed.wait(10)
+                b.cmd("Page.navigate", url=base + "/")
+                wait_for(lambda: b.js("document.readyState") == "complete", 20, "the page to load again")
+        checks.run("a page on another origin streams from toy serve --api-key", cross_origin_page_streams)
 
         def server_still_serves():
             r = json.load(urllib.request.urlopen(base + "/v1/models", timeout=10))
