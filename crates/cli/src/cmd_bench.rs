@@ -27,6 +27,7 @@ pub struct Args {
     /// with this many tokens, untimed, before every prefill and decode run.
     #[arg(short = 'd', long, default_value_t = 0)]
     depth: usize,
+    /// Print the result as one JSON object.
     #[arg(long)]
     json: bool,
     /// Round the activations of the legacy types (Q4_0, Q4_1, Q5_0, Q8_0) to one 8-bit plane,

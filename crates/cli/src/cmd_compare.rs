@@ -37,6 +37,7 @@ pub struct LmcArgs {
     /// Log the curve into this run folder (runs/<id>) as an `eval` event.
     #[arg(long)]
     run: Option<PathBuf>,
+    /// Print the result as one JSON object.
     #[arg(long)]
     json: bool,
 }
@@ -47,6 +48,7 @@ pub struct DriftArgs {
     a: PathBuf,
     /// The model B.
     b: PathBuf,
+    /// Text file to measure the drift on.
     #[arg(short = 'f', long)]
     file: PathBuf,
     #[arg(short = 'c', long, default_value_t = 256)]
@@ -63,6 +65,7 @@ pub struct DriftArgs {
     /// Log the results into this run folder (runs/<id>) as an `eval` event.
     #[arg(long)]
     run: Option<PathBuf>,
+    /// Print the result as one JSON object.
     #[arg(long)]
     json: bool,
 }

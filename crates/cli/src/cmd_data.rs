@@ -41,6 +41,7 @@ pub struct ImagesArgs {
     /// Image folders: what an unreadable file does: skip it (reported) or stop.
     #[arg(long, default_value = "skip", value_parser = ["skip", "error"])]
     on_bad: String,
+    /// Print the result as one JSON object.
     #[arg(long)]
     json: bool,
 }

@@ -40,6 +40,7 @@ pub struct PplArgs {
     /// Chunk size in tokens.
     #[arg(short = 'c', long, default_value_t = 512)]
     ctx: usize,
+    /// Print the result as one JSON object.
     #[arg(long)]
     json: bool,
 }

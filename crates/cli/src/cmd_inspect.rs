@@ -11,6 +11,7 @@ use toy::model::{Arch, Config, LayerKind};
 pub struct Args {
     /// GGUF model file.
     model: PathBuf,
+    /// Print metadata, tensors and flow as one JSON object.
     #[arg(long)]
     json: bool,
 }

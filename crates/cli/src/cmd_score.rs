@@ -25,6 +25,7 @@ pub struct Args {
     /// How many most likely tokens to list per position.
     #[arg(long, default_value_t = 5)]
     top: usize,
+    /// Print the result as one JSON object.
     #[arg(long)]
     json: bool,
 }

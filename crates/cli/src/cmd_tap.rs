@@ -22,6 +22,7 @@ pub struct Args {
     /// Write each capture as DIR/<name>.npy (rows x cols, f32) instead of printing stats.
     #[arg(long)]
     out: Option<PathBuf>,
+    /// Print the result as one JSON object.
     #[arg(long)]
     json: bool,
 }

@@ -20,6 +20,7 @@ pub struct EvalImagesArgs {
     /// Also draw the confusion matrix into this PNG.
     #[arg(long)]
     confusion: Option<PathBuf>,
+    /// Print the result as one JSON object.
     #[arg(long)]
     json: bool,
 }
@@ -66,6 +67,7 @@ pub fn eval_images(a: EvalImagesArgs) -> Result<()> {
 
 #[derive(clap::Args)]
 pub struct ClassifyArgs {
+    /// The checkpoint (`model.gguf` of a `toy train` run with a [vit] recipe).
     #[arg(short = 'm', long)]
     model: PathBuf,
     /// Image files (PNG, JPEG, BMP, GIF).
@@ -74,6 +76,7 @@ pub struct ClassifyArgs {
     /// Classes shown per image.
     #[arg(long, default_value_t = 3)]
     top: usize,
+    /// Print the result as one JSON object.
     #[arg(long)]
     json: bool,
 }

@@ -182,10 +182,13 @@ pub struct SamplingArgs {
     /// Drop tokens less likely than min_p times the most likely; 0 keeps all.
     #[arg(long, default_value_t = DEFAULTS.min_p)]
     pub min_p: f32,
+    /// Divide (multiply, when negative) the logits of recent tokens by this; 1 is off.
     #[arg(long, default_value_t = DEFAULTS.repeat_penalty)]
     pub repeat_penalty: f32,
+    /// Subtract this from the logits of tokens seen recently; 0 is off.
     #[arg(long, default_value_t = DEFAULTS.presence_penalty)]
     pub presence_penalty: f32,
+    /// Subtract this times each recent token's count from its logit; 0 is off.
     #[arg(long, default_value_t = DEFAULTS.frequency_penalty)]
     pub frequency_penalty: f32,
     /// How many recent tokens the penalties look at.
