@@ -399,16 +399,17 @@ fn attend_spans(
         if f16_attention(n) {
             round_queries(q);
         }
+        let kv = sp.cache.kv(l);
         let shape = AttnShape {
             n_head: cfg.n_head,
             n_kv_head: cfg.n_kv_head,
             head_dim: d,
-            ctx: sp.cache.ctx,
+            ctx: kv.slots,
             f16_accumulate: f16_attention(n),
             window: cfg.swa.as_ref().filter(|w| w.layers[l]).map(|w| w.window),
         };
-        let (kc, vc) = sp.cache.kv(l);
-        causal_attention(q, kc, vc, shape, pos0, &mut out[rows(qd)]);
+        // a window cache holds positions from `base`: the kernel sees them from slot 0
+        causal_attention(q, kv.k, kv.v, shape, pos0 - kv.base, &mut out[rows(qd)]);
         r0 += n;
     }
 }

@@ -2,6 +2,7 @@
 //! `{arch}.embedding_length`, ... as llama.cpp's `llama-arch.cpp` names them).
 
 use super::hybrid_config::{gdn_shape, layer_kinds, LayerKind};
+use super::kv_cache::CacheKind;
 use super::tensors::{block_tensors, products, BlockShape, BlockTable, Part, Tensor};
 use super::ModelError;
 use crate::gguf::GgufFile;
@@ -306,12 +307,15 @@ impl Config {
 
     /// Per layer, the GDN shape of a recurrent layer or `None` for attention (what a
     /// sequence's cache holds).
-    pub fn cache_layers(&self) -> Vec<Option<GdnShape>> {
+    pub fn cache_layers(&self) -> Vec<CacheKind> {
+        let window = |l: usize| self.swa.as_ref().filter(|w| w.layers[l]).map(|w| w.window);
         self.kinds
             .iter()
-            .map(|k| match k {
-                LayerKind::Gdn => self.gdn,
-                LayerKind::Attention => None,
+            .enumerate()
+            .map(|(l, k)| match (k, self.gdn, window(l)) {
+                (LayerKind::Gdn, Some(g), _) => CacheKind::Recurrent(g),
+                (_, _, Some(w)) => CacheKind::Window(w),
+                _ => CacheKind::Attention,
             })
             .collect()
     }

@@ -2,8 +2,10 @@
 //! allocates or copies old entries. Each layer holds K and V as (Hkv, P, D).
 //! Entries are f16, as llama.cpp's default cache: half the memory of f32, and the values
 //! llama.cpp attends over. Hybrid models' recurrent (Gated DeltaNet) layers keep a state of
-//! fixed size instead, snapshotted at chunk boundaries so that a shared prefix can be resumed.
+//! fixed size instead, snapshotted at chunk boundaries so that a shared prefix can be resumed;
+//! sliding-window layers (Gemma 3's local ones) keep only their window (`window_cache.rs`).
 
+use super::window_cache::WindowKv;
 use super::ModelError;
 use half::f16;
 use half::slice::HalfFloatSliceExt;
@@ -43,7 +45,28 @@ pub enum LayerCache {
         k: Vec<f16>,
         v: Vec<f16>,
     },
+    /// A sliding-window layer's K and V: the last positions only.
+    Window(WindowKv),
     Recurrent(GdnState),
+}
+
+/// What kind of cache a layer needs.
+#[derive(Clone, Copy, Debug)]
+pub enum CacheKind {
+    /// Every position's keys and values.
+    Attention,
+    /// Sliding-window attention over this many positions.
+    Window(usize),
+    Recurrent(GdnShape),
+}
+
+/// One attention layer's keys and values as the attention kernel reads them: (Hkv, P, D)
+/// each, slot 0 holding position `base`.
+pub struct KvView<'a> {
+    pub k: &'a [f16],
+    pub v: &'a [f16],
+    pub slots: usize,
+    pub base: usize,
 }
 
 /// How many recurrent snapshots a hybrid cache keeps (the most recent ones): enough for a
@@ -72,18 +95,25 @@ pub struct KvCache {
 impl KvCache {
     /// Attention in every layer.
     pub fn new(n_layer: usize, n_kv_head: usize, head_dim: usize, ctx: usize) -> Self {
-        Self::hybrid(&vec![None; n_layer], n_kv_head, head_dim, ctx)
+        Self::hybrid(
+            &vec![CacheKind::Attention; n_layer],
+            n_kv_head,
+            head_dim,
+            ctx,
+        )
     }
 
-    /// Layer l is recurrent with shape `gdn[l]`, or attention where `None`: only attention
-    /// layers hold `ctx` positions.
-    pub fn hybrid(gdn: &[Option<GdnShape>], n_kv_head: usize, head_dim: usize, ctx: usize) -> Self {
+    /// Layer l's cache of kind `kinds[l]`: only full attention layers hold `ctx` positions.
+    pub fn hybrid(kinds: &[CacheKind], n_kv_head: usize, head_dim: usize, ctx: usize) -> Self {
         let size = n_kv_head * ctx * head_dim;
-        let layers = gdn
+        let layers = kinds
             .iter()
             .map(|g| match g {
-                Some(sh) => LayerCache::Recurrent(GdnState::new(sh)),
-                None => LayerCache::Attention {
+                CacheKind::Recurrent(sh) => LayerCache::Recurrent(GdnState::new(sh)),
+                CacheKind::Window(w) => {
+                    LayerCache::Window(WindowKv::new(*w, n_kv_head, head_dim, ctx))
+                }
+                CacheKind::Attention => LayerCache::Attention {
                     k: zeroed(size),
                     v: zeroed(size),
                 },
@@ -99,10 +129,21 @@ impl KvCache {
         }
     }
 
-    /// Keys and values of attention layer `l`, (Hkv, P, D) each.
-    pub fn kv(&self, l: usize) -> (&[f16], &[f16]) {
+    /// Keys and values of attention layer `l` as the kernel reads them.
+    pub fn kv(&self, l: usize) -> KvView<'_> {
         match &self.layers[l] {
-            LayerCache::Attention { k, v } => (k, v),
+            LayerCache::Attention { k, v } => KvView {
+                k,
+                v,
+                slots: self.ctx,
+                base: 0,
+            },
+            LayerCache::Window(w) => KvView {
+                k: &w.k,
+                v: &w.v,
+                slots: w.cap,
+                base: w.base,
+            },
             LayerCache::Recurrent(_) => panic!("layer {l} is recurrent, not attention"),
         }
     }
@@ -111,7 +152,7 @@ impl KvCache {
     pub fn recurrent(&mut self, l: usize) -> &mut GdnState {
         match &mut self.layers[l] {
             LayerCache::Recurrent(s) => s,
-            LayerCache::Attention { .. } => panic!("layer {l} is attention, not recurrent"),
+            _ => panic!("layer {l} is attention, not recurrent"),
         }
     }
 
@@ -128,6 +169,7 @@ impl KvCache {
             .iter()
             .map(|l| match l {
                 LayerCache::Attention { k, v } => 2 * (k.len() + v.len()),
+                LayerCache::Window(w) => 2 * (w.k.len() + w.v.len()),
                 LayerCache::Recurrent(s) => 4 * (s.conv.len() + s.s.len()),
             })
             .sum()
@@ -155,7 +197,7 @@ impl KvCache {
             .iter()
             .filter_map(|l| match l {
                 LayerCache::Recurrent(s) => Some(s.clone()),
-                LayerCache::Attention { .. } => None,
+                _ => None,
             })
             .collect()
     }
@@ -181,8 +223,22 @@ impl KvCache {
     }
 
     /// The furthest position at most `pos` this cache can go back to: `pos` itself for
-    /// attention-only models, else the current position or a snapshot's (0 at worst).
+    /// attention-only models, else the current position or a snapshot's (0 at worst); 0
+    /// where a sliding-window layer no longer holds what the next query would read.
     pub fn resume_at(&self, pos: usize) -> usize {
+        let to = self.recurrent_resume_at(pos);
+        let windows_hold = self.layers.iter().all(|l| match l {
+            LayerCache::Window(w) => w.can_resume(to),
+            _ => true,
+        });
+        if windows_hold {
+            to
+        } else {
+            0
+        }
+    }
+
+    fn recurrent_resume_at(&self, pos: usize) -> usize {
         let pos = pos.min(self.pos);
         if pos == self.pos || !self.has_recurrent() {
             return pos;
@@ -228,8 +284,18 @@ impl KvCache {
     /// Store k, v rows (T, Hkv*D) of attention layer `l` for positions pos0..pos0+T.
     pub fn store(&mut self, l: usize, pos0: usize, k: &[f32], v: &[f32]) {
         let (d, hkv, ctx) = (self.head_dim, self.n_kv_head, self.ctx);
-        let LayerCache::Attention { k: kc, v: vc } = &mut self.layers[l] else {
-            panic!("layer {l} is recurrent, not attention");
+        let (kc, vc, at): (_, _, Box<dyn Fn(usize, usize) -> usize>) = match &mut self.layers[l] {
+            LayerCache::Attention { k, v } => (k, v, Box::new(move |g, p| (g * ctx + p) * d)),
+            LayerCache::Window(w) => {
+                w.make_room(pos0, k.len() / (hkv * d));
+                let (cap, base) = (w.cap, w.base);
+                (
+                    &mut w.k,
+                    &mut w.v,
+                    Box::new(move |g, p| (g * cap + p - base) * d),
+                )
+            }
+            LayerCache::Recurrent(_) => panic!("layer {l} is recurrent, not attention"),
         };
         for (t, (kr, vr)) in k
             .chunks_exact(hkv * d)
@@ -237,7 +303,7 @@ impl KvCache {
             .enumerate()
         {
             for g in 0..hkv {
-                let at = (g * ctx + pos0 + t) * d;
+                let at = at(g, pos0 + t);
                 kc[at..at + d].convert_from_f32_slice(&kr[g * d..(g + 1) * d]);
                 vc[at..at + d].convert_from_f32_slice(&vr[g * d..(g + 1) * d]);
             }
@@ -250,7 +316,18 @@ impl KvCache {
     pub fn truncate(&mut self, pos: usize) {
         let to = self.resume_at(pos);
         self.restore(to);
+        if to == 0 {
+            self.reset_windows();
+        }
         self.pos = to;
+    }
+
+    fn reset_windows(&mut self) {
+        for l in &mut self.layers {
+            if let LayerCache::Window(w) = l {
+                w.reset();
+            }
+        }
     }
 
     /// Take positions `from..to` from `src`, a cache of the same model and context holding
@@ -279,6 +356,7 @@ impl KvCache {
                         v[a..b].copy_from_slice(&sv[a..b]);
                     }
                 }
+                (LayerCache::Window(sw), LayerCache::Window(w)) => w.copy_from(sw, to),
                 (LayerCache::Recurrent(now), LayerCache::Recurrent(t)) => {
                     let at = snap.as_mut().and_then(|it| it.next()).unwrap_or(now);
                     t.clone_from(at);

@@ -15,6 +15,7 @@ mod state;
 pub mod tap;
 pub mod tensors;
 pub mod weights;
+pub mod window_cache;
 
 pub use config::{Arch, Config, Swa, KNOWN_ARCHS};
 pub use error::ModelError;

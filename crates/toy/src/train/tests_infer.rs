@@ -146,3 +146,46 @@ fn training_with_inference_rounding_is_the_cached_inference_function_on_every_fa
         "f32 K/V already within 1e-5 ({f32_worst})"
     );
 }
+
+#[test]
+fn a_sliding_window_cache_keeps_only_the_window_and_decodes_as_a_full_cache_does() {
+    // gemma3 with a window of 3 on its first layer: 1400 tokens decoded one by one move its
+    // window cache (3 + 64 + 512 slots) along twice; every step's logits are the bits a full
+    // cache gives, and so are they after going back 20 tokens (within the kept margin)
+    let mut c = super::tests::families().pop().unwrap();
+    assert!(c.swa.is_some());
+    c.ctx = 1500;
+    let base = TrainModel::init(c.clone(), 1, 1);
+    let m = TrainModel::from_params(c.clone(), 1, rough_params(&base, 4)).unwrap();
+    let model = Model::from_gguf(Arc::new(GgufFile::from_bytes(to_gguf(&m)).unwrap())).unwrap();
+    let toks = tokens(1400, c.vocab, 7);
+    let mut scratch = model.new_state(c.ctx, 64);
+    let mut window = model.new_cache(c.ctx);
+    let (mc, d) = (&model.cfg, model.cfg.head_dim);
+    let mut full = crate::model::kv_cache::KvCache::new(mc.n_layer, mc.n_kv_head, d, c.ctx);
+    assert!(
+        window.bytes() < full.bytes() * 3 / 4,
+        "{} vs {}",
+        window.bytes(),
+        full.bytes()
+    );
+    let mut step = |cache: &mut crate::model::kv_cache::KvCache, t: u32| {
+        model
+            .forward_cache(&mut scratch, cache, &[t], Logits::Last)
+            .unwrap()
+            .to_vec()
+    };
+    for (i, &t) in toks.iter().enumerate() {
+        assert_eq!(step(&mut window, t), step(&mut full, t), "token {i}");
+    }
+    for cache in [&mut window, &mut full] {
+        cache.truncate(1380);
+        assert_eq!(cache.pos, 1380);
+    }
+    for &t in &toks[..5] {
+        assert_eq!(step(&mut window, t), step(&mut full, t));
+    }
+    // far back, the window no longer holds what the next query reads: start again
+    assert_eq!(window.resume_at(700), 0);
+    assert_eq!(full.resume_at(700), 700);
+}
