@@ -47,7 +47,8 @@
 //! - Logprobs are those of the model's distribution (log-softmax of the raw logits),
 //!   before temperature, penalties and truncation.
 
-mod api;
+#[doc(hidden)]
+pub mod api;
 mod clock;
 mod config;
 pub mod engine;

@@ -60,11 +60,18 @@ pub struct ChatTemplate {
     eos_token: String,
 }
 
+/// Instructions one render may run: a few hundred thousand for a long chat under a real
+/// model's template, far below what hangs.
+const FUEL: u64 = 20_000_000;
+
 impl ChatTemplate {
     /// Compiles `source`; a syntax error is reported here rather than at render time.
     pub fn new(source: &str, bos_token: &str, eos_token: &str) -> Result<Self, TemplateError> {
         let mut env = Environment::new();
         env.set_keep_trailing_newline(true);
+        // a template from a downloaded file runs on a budget: one that loops for ever (or
+        // for a billion steps) stops with an error instead of hanging the server
+        env.set_fuel(Some(FUEL));
         env.set_trim_blocks(true);
         env.set_lstrip_blocks(true);
         env.set_unknown_method_callback(minijinja_contrib::pycompat::unknown_method_callback);
@@ -247,6 +254,21 @@ mod tests {
 
     fn render(src: &str, messages: &[ChatMessage]) -> Result<String, TemplateError> {
         ChatTemplate::new(src, "<s>", "</s>")?.render(messages, true)
+    }
+
+    #[test]
+    fn a_template_that_would_run_for_ever_stops_on_its_budget() {
+        let t0 = std::time::Instant::now();
+        let spin = "{% for i in range(10000) %}{% for j in range(10000) %}{% for k in range(10000) %}{% endfor %}{% endfor %}{% endfor %}";
+        let e = render(spin, &[ChatMessage::new("user", "hi")]).unwrap_err();
+        assert!(e.to_string().contains("fuel"), "{e}");
+        assert!(t0.elapsed().as_secs() < 5);
+        // a long chat under a real template stays well inside it
+        let chatml = "{% for m in messages %}<|im_start|>{{ m.role }}\n{{ m.content }}<|im_end|>\n{% endfor %}";
+        let long: Vec<ChatMessage> = (0..5000)
+            .map(|i| ChatMessage::new("user", format!("m{i}")))
+            .collect();
+        assert!(render(chatml, &long).unwrap().contains("m4999"));
     }
 
     #[test]

@@ -15,7 +15,11 @@ use toy::tokenizer::Tokenizer;
 
 /// The request's sampler settings, DRY's breakers matched against the model's vocabulary.
 pub fn sampler(f: &Fields, m: &LoadedModel) -> Result<SamplerConfig, ApiError> {
-    let vocab = m.model.cfg.vocab;
+    sampler_for(f, m.model.cfg.vocab, &m.tok)
+}
+
+/// [`sampler`] for logits of `vocab` entries and the tokenizer `tok`.
+pub fn sampler_for(f: &Fields, vocab: usize, tok: &Tokenizer) -> Result<SamplerConfig, ApiError> {
     let d = SamplerConfig::default();
     let seed = match f.int_in("seed", i64::MIN, i64::MAX)? {
         // -1 is llama-server's "random"
@@ -35,7 +39,7 @@ pub fn sampler(f: &Fields, m: &LoadedModel) -> Result<SamplerConfig, ApiError> {
         penalty_last_n: f
             .int_in("repeat_last_n", 0, 1 << 20)?
             .unwrap_or(d.penalty_last_n as i64) as usize,
-        logit_bias: logit_bias(f, vocab, &m.tok)?,
+        logit_bias: logit_bias(f, vocab, tok)?,
         seed,
         top_n_sigma: or(f, "top_n_sigma", -1.0, 100.0, d.top_n_sigma)?,
         typical_p: or(f, "typical_p", 0.0, 1.0, d.typical_p)?,
@@ -61,7 +65,7 @@ pub fn sampler(f: &Fields, m: &LoadedModel) -> Result<SamplerConfig, ApiError> {
         samplers: samplers(f)?,
         dry_breakers: None,
     };
-    Ok(cfg.with_vocab(&m.tok))
+    Ok(cfg.with_vocab(tok))
 }
 
 /// Field `key` in lo..=hi, or `default` when absent.

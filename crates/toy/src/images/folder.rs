@@ -102,7 +102,26 @@ pub fn load(
 
 /// Decode one file into `set`'s pixels (sizing `set` from the first image when unsized).
 fn decode(path: &Path, set: &mut ImageSet, o: &FolderOptions) -> Result<(), String> {
-    let img = image::open(path).map_err(|e| e.to_string())?;
+    let bytes = std::fs::read(path).map_err(|e| e.to_string())?;
+    decode_bytes(&bytes, set, o)
+}
+
+/// The most pixels one image may have (64 megapixels) and the most bytes its decoder may
+/// take: an image file cannot make toy allocate more than these, whatever its header says.
+const MAX_SIDE: u32 = 1 << 14;
+const MAX_ALLOC: u64 = 1 << 28;
+
+/// [`decode`] on a file's bytes (PNG, JPEG, BMP or GIF, told by its content).
+pub fn decode_bytes(bytes: &[u8], set: &mut ImageSet, o: &FolderOptions) -> Result<(), String> {
+    let mut limits = image::io::Limits::default();
+    limits.max_image_width = Some(MAX_SIDE);
+    limits.max_image_height = Some(MAX_SIDE);
+    limits.max_alloc = Some(MAX_ALLOC);
+    let mut reader = image::io::Reader::new(std::io::Cursor::new(bytes))
+        .with_guessed_format()
+        .map_err(|e| e.to_string())?;
+    reader.limits(limits);
+    let img = reader.decode().map_err(|e| e.to_string())?;
     let img = match o.size {
         Some(s) => img.resize_exact(s as u32, s as u32, image::imageops::FilterType::Triangle),
         None => img,
