@@ -26,7 +26,6 @@ else
 fi
 bin=fuzz/target/x86_64-unknown-linux-gnu/release
 flags=(-timeout=1 -rss_limit_mb=1024 -max_len=65536 -print_final_stats=1)
-[ -z "${RUNS:-}" ] || flags+=(-runs="$RUNS")
 fail=0
 # the regressions: each once, as a plain run over the files
 for t in "${targets[@]}"; do
@@ -41,7 +40,9 @@ run() {
   local t=$1 log="target/fuzz-$1.log"
   mkdir -p "fuzz/corpus/$t" "fuzz/artifacts/$t"
   local rc=0
-  "$bin/$t" "${flags[@]}" -max_total_time="$secs" -artifact_prefix="fuzz/artifacts/$t/" \
+  local runs=()
+  [ -z "${RUNS:-}" ] || runs=(-runs="$RUNS")
+  "$bin/$t" "${flags[@]}" "${runs[@]}" -max_total_time="$secs" -artifact_prefix="fuzz/artifacts/$t/" \
     "fuzz/corpus/$t" "fuzz/seeds/$t" > "$log" 2>&1 || rc=$?
   local execs cov ft corp
   execs=$(sed -n 's/^stat::number_of_executed_units: *//p' "$log" | tail -1)
