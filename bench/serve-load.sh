@@ -33,7 +33,7 @@ while [ $# -gt 0 ]; do
   esac
 done
 PY=$(bash scripts/serve-pyenv.sh)
-cargo build --release --quiet -p toy-cli
+[ -n "${TOY:-}" ] || cargo build --release --quiet -p toy-cli   # TOY=path runs that binary instead
 runs=$(mktemp -d)
 source scripts/serve-lib.sh
 trap 'serve_stop; rm -rf "$runs"' EXIT
@@ -44,7 +44,7 @@ if [ "$soak" = 1 ]; then
   adapter=${LORA:-}
   if [ -z "$adapter" ]; then
     echo "serve-load: making a LoRA adapter for the soak (toy finetune, 2 steps)" >&2
-    target/release/toy finetune recipes/sft-smollm2-lora.toml --set train.steps=2 --set "base.model=$model" \
+    "${TOY:-target/release/toy}" finetune recipes/sft-smollm2-lora.toml --set train.steps=2 --set "base.model=$model" \
       --runs-dir "$runs/lora" >"$runs/finetune.log" 2>&1 || { cat "$runs/finetune.log" >&2; exit 1; }
     adapter=$(ls "$runs"/lora/*/ckpt-*.gguf | sort | tail -n 1)
   fi

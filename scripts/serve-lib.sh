@@ -1,12 +1,12 @@
 # Shell helpers for the serve test runners (sourced): start `toy serve` on a free loopback port and stop it.
-# serve_start ARGS... sets $serve_pid and $serve_url and waits (up to 120 s) for GET /health to answer 200;
+# serve_start ARGS... (the binary: $TOY, default target/release/toy) sets $serve_pid and $serve_url and waits (up to 120 s) for GET /health to answer 200;
 # the caller sets `trap serve_stop EXIT` (plus its own cleanup) first.
 serve_start() {
   local py=${PY:-python3}
   local port
   port=$("$py" -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
   serve_url="http://127.0.0.1:$port"
-  target/release/toy serve --port "$port" "$@" &
+  "${TOY:-target/release/toy}" serve --port "$port" "$@" &
   serve_pid=$!
   local i
   for i in $(seq 1 600); do
