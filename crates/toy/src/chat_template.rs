@@ -60,9 +60,9 @@ pub struct ChatTemplate {
     eos_token: String,
 }
 
-/// Instructions one render may run: a few hundred thousand for a long chat under a real
-/// model's template, far below what hangs.
-const FUEL: u64 = 20_000_000;
+/// Instructions one render may run (about a quarter of a second): a long chat under a real
+/// template takes a small part of it; a template that would hang stops with an error.
+const FUEL: u64 = 5_000_000;
 
 impl ChatTemplate {
     /// Compiles `source`; a syntax error is reported here rather than at render time.
