@@ -60,9 +60,10 @@ pub struct ChatTemplate {
     eos_token: String,
 }
 
-/// Instructions one render may run (about a quarter of a second): a long chat under a real
-/// template takes a small part of it; a template that would hang stops with an error.
-const FUEL: u64 = 5_000_000;
+/// Instructions one render may run (a tenth of a second or so, but a filter such as `sort`
+/// is one instruction however long its input): a long chat under a real template takes a
+/// small part of it; a template that would hang stops with an error.
+const FUEL: u64 = 2_000_000;
 
 impl ChatTemplate {
     /// Compiles `source`; a syntax error is reported here rather than at render time.
