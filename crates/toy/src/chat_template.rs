@@ -60,10 +60,10 @@ pub struct ChatTemplate {
     eos_token: String,
 }
 
-/// Instructions one render may run (a tenth of a second or so, but a filter such as `sort`
-/// is one instruction however long its input): a long chat under a real template takes a
+/// Instructions one render may run (well under a second even when every one is a filter such
+/// as `sort`, one instruction however long its input): a long chat under a real template takes a
 /// small part of it; a template that would hang stops with an error.
-const FUEL: u64 = 2_000_000;
+const FUEL: u64 = 500_000;
 
 impl ChatTemplate {
     /// Compiles `source`; a syntax error is reported here rather than at render time.
