@@ -284,16 +284,12 @@ impl KvCache {
     /// Store k, v rows (T, Hkv*D) of attention layer `l` for positions pos0..pos0+T.
     pub fn store(&mut self, l: usize, pos0: usize, k: &[f32], v: &[f32]) {
         let (d, hkv, ctx) = (self.head_dim, self.n_kv_head, self.ctx);
-        let (kc, vc, at): (_, _, Box<dyn Fn(usize, usize) -> usize>) = match &mut self.layers[l] {
-            LayerCache::Attention { k, v } => (k, v, Box::new(move |g, p| (g * ctx + p) * d)),
+        // slot of position p in head g: (g * slots + p - base) * d
+        let (kc, vc, slots, base) = match &mut self.layers[l] {
+            LayerCache::Attention { k, v } => (k, v, ctx, 0),
             LayerCache::Window(w) => {
                 w.make_room(pos0, k.len() / (hkv * d));
-                let (cap, base) = (w.cap, w.base);
-                (
-                    &mut w.k,
-                    &mut w.v,
-                    Box::new(move |g, p| (g * cap + p - base) * d),
-                )
+                (&mut w.k, &mut w.v, w.cap, w.base)
             }
             LayerCache::Recurrent(_) => panic!("layer {l} is recurrent, not attention"),
         };
@@ -303,7 +299,7 @@ impl KvCache {
             .enumerate()
         {
             for g in 0..hkv {
-                let at = at(g, pos0 + t);
+                let at = (g * slots + pos0 + t - base) * d;
                 kc[at..at + d].convert_from_f32_slice(&kr[g * d..(g + 1) * d]);
                 vc[at..at + d].convert_from_f32_slice(&vr[g * d..(g + 1) * d]);
             }
