@@ -3,7 +3,7 @@
 //! `kquants_quantize`, `iq4`). Mirrors ggml's `to_float` / `from_float_ref` type traits over
 //! ggml-quants.c.
 
-use super::{float, iq4, kquants as kq, kquants_quantize as kqq, legacy, GgmlType};
+use super::{float, iq4, kquants as kq, kquants_quantize as kqq, legacy, GgmlType, QK_K};
 
 #[derive(Debug, thiserror::Error)]
 pub enum QuantError {
@@ -22,6 +22,8 @@ pub enum QuantError {
         expected: usize,
         got: usize,
     },
+    #[error("{ty}: an importance matrix of {got} weights for a row of {n} elements (one weight per column expected)")]
+    Weights { ty: GgmlType, n: usize, got: usize },
 }
 
 /// Whether `dequantize` handles `ty`.
@@ -67,11 +69,13 @@ pub fn can_quantize(ty: GgmlType) -> bool {
             | Q5_K
             | Q6_K
             | Q8_K
+            | IQ4_NL
+            | IQ4_XS
     )
 }
 
 /// Checks that `n` elements of `ty` are whole blocks taking exactly `bytes` bytes.
-fn check_lengths(ty: GgmlType, n: usize, bytes: usize) -> Result<(), QuantError> {
+pub(crate) fn check_lengths(ty: GgmlType, n: usize, bytes: usize) -> Result<(), QuantError> {
     let block = ty.block_size();
     if !n.is_multiple_of(block) {
         return Err(QuantError::NotWholeBlocks { ty, n, block });
@@ -157,7 +161,8 @@ pub fn dequantize(ty: GgmlType, src: &[u8], dst: &mut [f32]) -> Result<(), Quant
 }
 
 /// Encode `src` into `dst` (exactly `ty.row_bytes(src.len())` bytes), as ggml's reference
-/// quantizer (`quantize_row_*_ref`: no importance matrix).
+/// quantizer (`quantize_row_*_ref`: no importance matrix); IQ4_NL and IQ4_XS as
+/// `quantize_iq4_*` without one (what llama-quantize writes; see `weighted`).
 pub fn quantize(ty: GgmlType, src: &[f32], dst: &mut [u8]) -> Result<(), QuantError> {
     use GgmlType::*;
     if !can_quantize(ty) {
@@ -180,7 +185,15 @@ pub fn quantize(ty: GgmlType, src: &[f32], dst: &mut [u8]) -> Result<(), QuantEr
         Q5_K => each_block_mut(src, dst, kqq::quantize_block_q5_k),
         Q6_K => each_block_mut(src, dst, kqq::quantize_block_q6_k),
         Q8_K => each_block_mut(src, dst, kqq::quantize_block_q8_k),
-        IQ4_NL | IQ4_XS | I8 | I16 | I32 | I64 | F64 => unsupported(ty, "quantize")?, // refused above
+        IQ4_NL => src
+            .chunks_exact(32)
+            .zip(dst.chunks_exact_mut(18))
+            .for_each(|(x, y)| iq4::quantize_iq4(x, y, None)),
+        IQ4_XS => src
+            .chunks_exact(QK_K)
+            .zip(dst.chunks_exact_mut(136))
+            .for_each(|(x, y)| iq4::quantize_iq4(x, y, None)),
+        I8 | I16 | I32 | I64 | F64 => unsupported(ty, "quantize")?, // refused above
     }
     Ok(())
 }
@@ -256,11 +269,8 @@ mod tests {
                 op: "dequantize"
             }
         ));
-        let err = quantize(IQ4_XS, &[0f32; 256], &mut [0u8; 136]).unwrap_err();
-        assert_eq!(
-            err.to_string(),
-            "cannot quantize type IQ4_XS: not supported"
-        );
+        let err = quantize(I16, &[0f32; 2], &mut [0u8; 4]).unwrap_err();
+        assert_eq!(err.to_string(), "cannot quantize type I16: not supported");
         for ty in GgmlType::ALL {
             assert!(!can_quantize(ty) || can_dequantize(ty), "{ty}");
         }

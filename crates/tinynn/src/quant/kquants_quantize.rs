@@ -14,7 +14,7 @@ use super::QK_K;
 
 /// Four 2-bit quants per byte: byte `l` of each 32-byte run holds elements `l`, `l + 32`,
 /// `l + 64`, `l + 96` of its 128-element half (Q2_K and Q3_K `qs`).
-fn pack_2bit(l: &[u8; QK_K], qs: &mut [u8]) {
+pub(crate) fn pack_2bit(l: &[u8; QK_K], qs: &mut [u8]) {
     for (half, q) in l.chunks_exact(128).zip(qs.chunks_exact_mut(32)) {
         for (j, b) in q.iter_mut().enumerate() {
             *b = half[j] | (half[j + 32] << 2) | (half[j + 64] << 4) | (half[j + 96] << 6);
@@ -116,6 +116,12 @@ pub fn quantize_block_q3_k(x: &[f32; QK_K], y: &mut [u8; 110]) {
     } else {
         y[108..110].copy_from_slice(&f16_bytes(0.0));
     }
+    finish_q3_k(x, &mut l, y);
+}
+
+/// Q3_K's last steps once its scales and `d` are in `y` (the `hmask` bytes zero): every
+/// element requantized against the scale it decodes with, high bits to `hmask`, low bits packed.
+pub(crate) fn finish_q3_k(x: &[f32; QK_K], l: &mut [i8; QK_K], y: &mut [u8; 110]) {
     let d_all = f16_at(y, 108);
     let sc = q3_k_scales(&y[96..108]);
     for (&s, (xs, ls)) in sc
@@ -180,11 +186,36 @@ fn quantize_scales_mins_k(
         0.0
     };
     let inv_min = if max_min > 0.0 { 63.0 / max_min } else { 0.0 };
+    let (mut ls, mut lm) = ([0u8; 8], [0u8; 8]);
+    for j in 0..QK_K / 32 {
+        ls[j] = (nearest_int(inv_scale * scales[j]) as u8).min(63);
+        lm[j] = (nearest_int(inv_min * mins[j]) as u8).min(63);
+    }
+    finish_scales_mins_k(
+        x,
+        l,
+        y,
+        nmax,
+        (&ls, &lm),
+        (max_scale / 63.0, max_min / 63.0),
+    );
+}
+
+/// Q4_K/Q5_K's last steps once the 6-bit sub-block scales `ls` and mins `lm` and the
+/// super-block's `d`, `dmin` are chosen: pack them into `y[0..16]`, then requantize every
+/// element against the scale and min it will decode with.
+pub(crate) fn finish_scales_mins_k(
+    x: &[f32; QK_K],
+    l: &mut [u8; QK_K],
+    y: &mut [u8],
+    nmax: i32,
+    (ls, lm): (&[u8; 8], &[u8; 8]),
+    (d, dmin): (f32, f32),
+) {
     let sc = &mut y[4..16];
     sc.fill(0);
     for j in 0..QK_K / 32 {
-        let ls = (nearest_int(inv_scale * scales[j]) as u8).min(63);
-        let lm = (nearest_int(inv_min * mins[j]) as u8).min(63);
+        let (ls, lm) = (ls[j], lm[j]);
         if j < 4 {
             sc[j] = ls;
             sc[j + 4] = lm;
@@ -194,8 +225,8 @@ fn quantize_scales_mins_k(
             sc[j] |= (lm >> 4) << 6;
         }
     }
-    y[0..2].copy_from_slice(&f16_bytes(max_scale / 63.0));
-    y[2..4].copy_from_slice(&f16_bytes(max_min / 63.0));
+    y[0..2].copy_from_slice(&f16_bytes(d));
+    y[2..4].copy_from_slice(&f16_bytes(dmin));
     let (d, dmin) = (f16_at(y, 0), f16_at(y, 2));
     for j in 0..QK_K / 32 {
         let (sc, m) = get_scale_min_k4(j, &y[4..16]);
@@ -213,6 +244,12 @@ fn quantize_scales_mins_k(
 pub fn quantize_block_q4_k(x: &[f32; QK_K], y: &mut [u8; 144]) {
     let mut l = [0u8; QK_K];
     quantize_scales_mins_k(x, &mut l, y, 15, -1.0, 20);
+    pack_q4_k(&l, y);
+}
+
+/// Q4_K's quants, two a byte: byte `j` of each 32-byte run holds elements `j` and `j + 32`
+/// of its 64.
+pub(crate) fn pack_q4_k(l: &[u8; QK_K], y: &mut [u8; 144]) {
     let qs = &mut y[16..144];
     for (run, q) in l.chunks_exact(64).zip(qs.chunks_exact_mut(32)) {
         for (j, b) in q.iter_mut().enumerate() {
@@ -224,6 +261,12 @@ pub fn quantize_block_q4_k(x: &[f32; QK_K], y: &mut [u8; 144]) {
 pub fn quantize_block_q5_k(x: &[f32; QK_K], y: &mut [u8; 176]) {
     let mut l = [0u8; QK_K];
     quantize_scales_mins_k(x, &mut l, y, 31, -0.5, 15);
+    pack_q5_k(&l, y);
+}
+
+/// Q5_K's quants: low nibbles as Q4_K's, the fifth bits in `qh` (element `j` of run `n`
+/// at byte `j`, bit `2n`, element `j + 32` at bit `2n + 1`).
+pub(crate) fn pack_q5_k(l: &[u8; QK_K], y: &mut [u8; 176]) {
     let (qh, qs) = y[16..176].split_at_mut(32);
     qh.fill(0);
     for (n, (run, q)) in l.chunks_exact(64).zip(qs.chunks_exact_mut(32)).enumerate() {
@@ -244,6 +287,12 @@ pub fn quantize_block_q5_k(x: &[f32; QK_K], y: &mut [u8; 176]) {
 }
 
 pub fn quantize_block_q6_k(x: &[f32; QK_K], y: &mut [u8; 210]) {
+    quantize_block_q6_k_weighted(x, y, None)
+}
+
+/// Q6_K with an importance matrix `qw` (this super-block's 256 weights) as the sub-block
+/// fits' weights, as ggml's `quantize_row_q6_K_impl`; `None` is the reference quantizer.
+pub(crate) fn quantize_block_q6_k_weighted(x: &[f32; QK_K], y: &mut [u8; 210], qw: Option<&[f32]>) {
     let mut l = [0i8; QK_K];
     let mut scales = [0f32; 16];
     let (mut max_scale, mut max_abs_scale) = (0f32, 0f32);
@@ -253,7 +302,7 @@ pub fn quantize_block_q6_k(x: &[f32; QK_K], y: &mut [u8; 210]) {
             &mut l[16 * ib..16 * ib + 16],
             32,
             1,
-            None,
+            qw.map(|w| &w[16 * ib..16 * ib + 16]),
         );
         scales[ib] = s;
         if s.abs() > max_abs_scale {

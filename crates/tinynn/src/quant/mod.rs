@@ -12,11 +12,15 @@ pub mod kquants_quantize;
 pub mod legacy;
 mod scale_search;
 mod types;
+pub mod weighted;
 
 pub use convert::{can_dequantize, can_quantize, dequantize, quantize, QuantError};
 pub use types::{GgmlType, QK_K};
+pub use weighted::{quantize_row, uses_imatrix};
 
 #[cfg(test)]
 mod reference_tests;
 #[cfg(test)]
 mod roundtrip_tests;
+#[cfg(test)]
+mod weighted_tests;

@@ -10,13 +10,13 @@ use super::{dequantize, quantize, GgmlType};
 use GgmlType::*;
 
 /// 64-bit FNV-1a.
-fn fnv1a(bytes: &[u8]) -> u64 {
+pub(super) fn fnv1a(bytes: &[u8]) -> u64 {
     bytes.iter().fold(0xcbf2_9ce4_8422_2325, |h, &b| {
         (h ^ b as u64).wrapping_mul(0x100_0000_01b3)
     })
 }
 
-struct XorShift(u32);
+pub(super) struct XorShift(pub(super) u32);
 
 impl XorShift {
     fn next_u32(&mut self) -> u32 {
@@ -26,7 +26,7 @@ impl XorShift {
         self.0
     }
 
-    fn next_f32(&mut self) -> f32 {
+    pub(super) fn next_f32(&mut self) -> f32 {
         (self.next_u32() >> 8) as f32 / (1u32 << 23) as f32 - 1.0
     }
 }
@@ -34,7 +34,7 @@ impl XorShift {
 /// 96 super-blocks cycling through 6 magnitudes (1e-6 ..= 100) and 8 shapes: uniform,
 /// cubed, offset from zero, outliers, one third zeros, all negative, on a 1/8 grid, and a
 /// sum of three uniforms.
-fn reference_row() -> Vec<f32> {
+pub(super) fn reference_row() -> Vec<f32> {
     let mut rng = XorShift(0x1234_5678);
     let mut x = Vec::with_capacity(96 * 256);
     for sb in 0..96 {

@@ -1,6 +1,8 @@
 //! The scale searches behind ggml's k-quant reference quantizers: `nearest_int`,
 //! `make_qx_quants` (symmetric), `make_q3_quants` (symmetric, coordinate descent) and
-//! `make_qkx2_quants` (asymmetric scale + min), ported from ggml-quants.c with the same
+//! `make_qkx2_quants` (asymmetric scale + min; with weights it is also ggml's
+//! `make_qkx3_quants`, which differs only where `max < min`, i.e. never for finite input) and
+//! `make_qp_quants` (non-negative, for the scales under an importance matrix), ported from ggml-quants.c with the same
 //! float operation order so the chosen quants match bit for bit.
 //!
 //! Each takes a sub-block `x` of n <= 32 values and writes its quants to `l`.
@@ -240,6 +242,85 @@ pub(crate) fn make_qkx2_quants(
         }
     }
     (scale, -min)
+}
+
+/// Non-negative quants `l` in `0..=nmax` for `x >= 0` (the sub-block scales or mins of a
+/// super-block) under weights `qw`, returning the scale: the max fit, then 8 nearby trial
+/// scales, then up to 5 rounds of moving single quants while the weighted fit improves
+/// (ggml's `make_qp_quants`, used with an importance matrix).
+pub(crate) fn make_qp_quants(x: &[f32], l: &mut [u8], nmax: i32, qw: &[f32]) -> f32 {
+    let n = x.len();
+    let mut max = 0f32;
+    for &v in x {
+        max = if max > v { max } else { v };
+    }
+    if max < GROUP_MAX_EPS {
+        l.fill(0);
+        return 0.0;
+    }
+    let mut iscale = nmax as f32 / max;
+    for i in 0..n {
+        l[i] = nearest_int(iscale * x[i]) as u8;
+    }
+    let scale = 1.0 / iscale;
+    let mut best_mse = 0f32;
+    for i in 0..n {
+        let diff = x[i] - scale * l[i] as f32;
+        best_mse += qw[i] * diff * diff;
+    }
+    for is in -4..=4 {
+        if is == 0 {
+            continue;
+        }
+        let iscale_is = (0.1 * is as f32 + nmax as f32) / max;
+        let scale_is = 1.0 / iscale_is;
+        let mut mse = 0f32;
+        for i in 0..n {
+            let q = nearest_int(iscale_is * x[i]).min(nmax);
+            let diff = x[i] - scale_is * q as f32;
+            mse += qw[i] * diff * diff;
+        }
+        if mse < best_mse {
+            best_mse = mse;
+            iscale = iscale_is;
+        }
+    }
+    let (mut sumlx, mut suml2) = (0f32, 0f32);
+    for i in 0..n {
+        let q = nearest_int(iscale * x[i]).min(nmax);
+        l[i] = q as u8;
+        sumlx += qw[i] * x[i] * q as f32;
+        suml2 += qw[i] * q as f32 * q as f32;
+    }
+    for _ in 0..5 {
+        let mut changed = false;
+        for i in 0..n {
+            let (w, li) = (qw[i], l[i] as f32);
+            let mut slx = sumlx - w * x[i] * li;
+            let mut sl2 = suml2 - w * li * li;
+            if slx > 0.0 && sl2 > 0.0 {
+                let new_l = nearest_int(x[i] * sl2 / slx).min(nmax);
+                if new_l != l[i] as i32 {
+                    slx += w * x[i] * new_l as f32;
+                    sl2 += w * new_l as f32 * new_l as f32;
+                    if slx * slx * suml2 > sumlx * sumlx * sl2 {
+                        l[i] = new_l as u8;
+                        sumlx = slx;
+                        suml2 = sl2;
+                        changed = true;
+                    }
+                }
+            }
+        }
+        if !changed {
+            break;
+        }
+    }
+    if suml2 > 0.0 {
+        sumlx / suml2
+    } else {
+        0.0
+    }
 }
 
 #[cfg(test)]

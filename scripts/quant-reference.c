@@ -1,0 +1,96 @@
+// Checksums of ggml's row quantizers (ggml-quants.c, llama.cpp 0c1e570) on the inputs of
+// crates/tinynn/src/quant/weighted_tests.rs: 24 rows of 1024 values (reference_row), each
+// type quantized once without and once with an importance matrix (a weight per column), as
+// llama-quantize calls them (`quantize_<type>(src, dst, nrow, n_per_row, imatrix)`).
+// Built and run by scripts/quant-reference.sh; prints one line per type and case.
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <math.h>
+#include "ggml.h"
+#include "ggml-quants.h"
+
+// the few ggml.c functions ggml-quants.c calls
+void ggml_abort(const char * file, int line, const char * fmt, ...) {
+    fprintf(stderr, "abort %s:%d %s\n", file, line, fmt); exit(1);
+}
+static const struct { enum ggml_type t; int blck, size; const char * name; } T[] = {
+    {GGML_TYPE_Q4_0, 32, 18, "Q4_0"}, {GGML_TYPE_Q4_1, 32, 20, "Q4_1"},
+    {GGML_TYPE_Q5_0, 32, 22, "Q5_0"}, {GGML_TYPE_Q5_1, 32, 24, "Q5_1"},
+    {GGML_TYPE_Q8_0, 32, 34, "Q8_0"},
+    {GGML_TYPE_Q2_K, 256, 84, "Q2_K"}, {GGML_TYPE_Q3_K, 256, 110, "Q3_K"},
+    {GGML_TYPE_Q4_K, 256, 144, "Q4_K"}, {GGML_TYPE_Q5_K, 256, 176, "Q5_K"},
+    {GGML_TYPE_Q6_K, 256, 210, "Q6_K"},
+    {GGML_TYPE_IQ4_NL, 32, 18, "IQ4_NL"}, {GGML_TYPE_IQ4_XS, 256, 136, "IQ4_XS"},
+};
+typedef size_t (*qfn)(const float *, void *, int64_t, int64_t, const float *);
+static qfn fn_of(enum ggml_type t) {
+    switch (t) {
+        case GGML_TYPE_Q4_0: return quantize_q4_0;
+        case GGML_TYPE_Q4_1: return quantize_q4_1;
+        case GGML_TYPE_Q5_0: return quantize_q5_0;
+        case GGML_TYPE_Q5_1: return quantize_q5_1;
+        case GGML_TYPE_Q8_0: return quantize_q8_0;
+        case GGML_TYPE_Q2_K: return quantize_q2_K;
+        case GGML_TYPE_Q3_K: return quantize_q3_K;
+        case GGML_TYPE_Q4_K: return quantize_q4_K;
+        case GGML_TYPE_Q5_K: return quantize_q5_K;
+        case GGML_TYPE_Q6_K: return quantize_q6_K;
+        case GGML_TYPE_IQ4_NL: return quantize_iq4_nl;
+        case GGML_TYPE_IQ4_XS: return quantize_iq4_xs;
+        default: exit(3);
+    }
+}
+static int find(enum ggml_type t) { for (int i = 0; i < (int)(sizeof T / sizeof T[0]); i++) if (T[i].t == t) return i; exit(2); }
+size_t ggml_type_size(enum ggml_type t) { return T[find(t)].size; }
+size_t ggml_row_size(enum ggml_type t, int64_t n) { return T[find(t)].size * n / T[find(t)].blck; }
+const char * ggml_type_name(enum ggml_type t) { return T[find(t)].name; }
+
+static uint32_t s;
+static uint32_t next_u32(void) { s ^= s << 13; s ^= s >> 17; s ^= s << 5; return s; }
+static float next_f32(void) { return (float)(next_u32() >> 8) / (float)(1u << 23) - 1.0f; }
+static uint64_t fnv1a(const uint8_t * b, size_t n) {
+    uint64_t h = 0xcbf29ce484222325ull;
+    for (size_t i = 0; i < n; i++) { h ^= b[i]; h *= 0x100000001b3ull; }
+    return h;
+}
+
+#define N_PER_ROW 1024
+#define NROW 24
+
+int main(void) {
+    static float x[NROW * N_PER_ROW], w[N_PER_ROW];
+    static uint8_t out[NROW * N_PER_ROW * 2];
+    const float scales[6] = {1.0f, 0.01f, 100.0f, 0.0001f, 3.0f, 1e-6f};
+    s = 0x12345678;
+    for (int sb = 0; sb < 96; sb++) {
+        float scale = scales[sb % 6];
+        for (int i = 0; i < 256; i++) {
+            float u = next_f32(), v;
+            switch ((sb / 6) % 8) {
+                case 0: v = u; break;
+                case 1: v = u * u * u; break;
+                case 2: v = 2.0f + 0.5f * u; break;
+                case 3: v = i % 29 == 0 ? 10.0f * u : 0.1f * u; break;
+                case 4: v = i % 3 == 0 ? 0.0f : u; break;
+                case 5: v = -1.0f - fabsf(u); break;
+                case 6: v = roundf(u * 8.0f) / 8.0f; break;
+                default: { float a = next_f32(); float b = next_f32(); v = u + a + b; }
+            }
+            x[sb * 256 + i] = v * scale;
+        }
+    }
+    // an importance matrix: mean squares spread over four decades, a few unused columns
+    s = 0x9e3779b9;
+    for (int j = 0; j < N_PER_ROW; j++) {
+        float u = next_f32();
+        w[j] = j % 97 == 5 ? 0.0f : powf(10.0f, 2.0f * u) * (1.0f + 0.01f * (j % 7));
+    }
+    for (int i = 0; i < (int)(sizeof T / sizeof T[0]); i++) {
+        for (int with = 0; with < 2; with++) {
+            size_t n = fn_of(T[i].t)(x, out, NROW, N_PER_ROW, with ? w : NULL);
+            printf("%s %s 0x%016llx\n", T[i].name, with ? "imatrix" : "none", (unsigned long long) fnv1a(out, n));
+        }
+    }
+    return 0;
+}
