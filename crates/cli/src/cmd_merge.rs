@@ -2,13 +2,13 @@
 //! merged into its base, as llama.cpp's `llama-export-lora`. The merged matrices are written
 //! F32 and the rest as stored, or, with `--type`, everything re-quantized as `toy quantize`.
 
-use crate::cmd_quantize::parse_type;
+use crate::cmd_quantize::options;
 use crate::common::open_gguf;
 use anyhow::{bail, Context, Result};
 use std::path::PathBuf;
 use toy::finetune::adapter::LoraAdapter;
 use toy::finetune::merge::{merge_into, merged_gguf};
-use toy::quantize::quantize_model;
+use toy::quantize::quantize_with;
 
 #[derive(clap::Args)]
 pub struct Args {
@@ -21,13 +21,13 @@ pub struct Args {
     /// The user's scale on the adapter (llama.cpp's `--lora-scaled`), times alpha / rank.
     #[arg(long, default_value_t = 1.0)]
     scale: f32,
-    /// Re-quantize the merged model's matrices: F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q4_K, Q6_K.
+    /// Re-quantize the merged model as `toy quantize --type` does (Q4_K_M, Q8_0, F16, ...).
     #[arg(long = "type")]
     ty: Option<String>,
 }
 
 pub fn run(a: Args) -> Result<()> {
-    let ty = a.ty.as_deref().map(parse_type).transpose()?;
+    let ty = a.ty.as_deref().map(options).transpose()?;
     if a.output == a.base || a.output == a.adapter {
         bail!("the output '{}' is one of the inputs", a.output.display());
     }
@@ -41,9 +41,9 @@ pub fn run(a: Args) -> Result<()> {
     let loras = [(&adapter, a.scale)];
     let written = match ty {
         None => merge_into(&base, &loras)?.write_file(&a.output),
-        Some(ty) => {
+        Some(o) => {
             let merged = merged_gguf(&base, &loras)?;
-            quantize_model(&merged, ty)?.write_file(&a.output)
+            quantize_with(&merged, &o)?.write_file(&a.output)
         }
     };
     written.with_context(|| format!("writing '{}'", a.output.display()))?;

@@ -11,6 +11,7 @@ mod cmd_eval_choice;
 mod cmd_eval_kld;
 mod cmd_finetune;
 mod cmd_generate;
+mod cmd_imatrix;
 mod cmd_inspect;
 mod cmd_merge;
 mod cmd_plot;
@@ -84,11 +85,16 @@ enum Cmd {
         after_help = "Examples:\n  toy template --messages chat.json\n  toy template --messages chat.json --no-generation-prompt"
     )]
     Template(cmd_template::Args),
-    /// Rewrite a model with its matrices in another weight type.
+    /// Rewrite a model in one of llama-quantize's file types (Q4_K_M, Q8_0, IQ4_XS, ...).
     #[command(
-        after_help = "Examples:\n  toy quantize model-f32.gguf model-q8.gguf --type Q8_0\n  toy quantize runs/<id>/ckpt-000120.gguf small.gguf --type Q4_1"
+        after_help = "Examples:\n  toy quantize model-f32.gguf model-q4km.gguf --type Q4_K_M\n  toy quantize model-f32.gguf model-q4km.gguf --type Q4_K_M --imatrix imatrix.gguf\n  toy quantize runs/<id>/ckpt-000120.gguf small.gguf --type Q8_0 --pure"
     )]
     Quantize(cmd_quantize::Args),
+    /// Compute an importance matrix over a text, for `toy quantize --imatrix`.
+    #[command(
+        after_help = "Examples:\n  toy imatrix -m model-f32.gguf -f data/text/gpl-3.txt -o imatrix.gguf\n  toy imatrix -m model-f32.gguf -f train.txt -c 512 --chunks 100"
+    )]
+    Imatrix(cmd_imatrix::Args),
     /// Fine-tune a GGUF (LoRA on the stored weights, or full) on chat SFT data, or resume.
     #[command(
         after_help = "Examples:\n  toy finetune recipes/sft-smollm2-lora.toml\n  toy finetune recipes/sft-smollm2-lora.toml --set train.steps=40 --set finetune.rank=8\n  toy finetune --resume runs/<id>\n  mpirun -np 2 toy finetune recipes/sft-smollm2-lora.toml   (built with --features mpi)"
@@ -200,6 +206,7 @@ fn run(cmd: Cmd) -> anyhow::Result<()> {
         Cmd::Eval(c) => cmd_eval::run(c),
         Cmd::Template(a) => cmd_template::run(a),
         Cmd::Quantize(a) => cmd_quantize::run(a),
+        Cmd::Imatrix(a) => cmd_imatrix::run(a),
         Cmd::Finetune(a) => cmd_finetune::run(a),
         Cmd::Merge(a) => cmd_merge::run(a),
         Cmd::Bench(a) => cmd_bench::run(a),

@@ -2,6 +2,7 @@
 //! GPT-2, and the Qwen3.5 hybrid (Gated DeltaNet and attention layers, chosen per layer). A `Model` holds the memory-mapped file and views into it; all per-sequence data
 //! lives in a `State`, so one model can serve many sequences.
 
+pub mod activations;
 pub mod adapter;
 pub mod block;
 pub mod body;

@@ -184,7 +184,7 @@ fn requantize(w: &QMat, ty: GgmlType) -> Result<Arc<[u8]>, String> {
     if !can_quantize(ty) || ty.row_bytes(w.cols as u64).is_none() {
         return Err(format!("cannot requantize a row of {} to {ty}", w.cols));
     }
-    let out = crate::quantize::convert(w.ty, ty, w.data, w.rows * w.cols, w.cols);
+    let out = crate::quantize::convert(w.ty, ty, w.data, w.rows * w.cols, w.cols, None);
     Ok(out.map_err(|e| e.to_string())?.into())
 }
 
@@ -239,6 +239,7 @@ impl Linear {
 
     /// x (T, K) -> y (T, N).
     pub fn forward(&self, file: &[u8], x: &[f32], t: usize, y: &mut [f32]) {
+        super::activations::record(&self.w.name, &x[..t * self.w.cols], self.w.cols);
         tinynn::kernels::qmatmul::matmul(&self.w.qmat(file), x, t, y);
         self.add_bias(y);
     }
@@ -259,6 +260,9 @@ impl Linear {
         t: usize,
         ys: &mut [&mut [f32]],
     ) {
+        for l in layers {
+            super::activations::record(&l.w.name, &x[..t * l.w.cols], l.w.cols);
+        }
         let ws: Vec<QMat> = layers.iter().map(|l| l.w.qmat(file)).collect();
         tinynn::kernels::qmatmul::matmul_many(&ws, x, t, ys);
         for (l, y) in layers.iter().zip(ys.iter_mut()) {
