@@ -39,8 +39,9 @@ calib=$out/calib.txt
 if [ -n "${CALIB:-}" ]; then cp "$CALIB" "$calib"; else cat README.md docs/*.md >"$calib"; fi
 
 echo "== importance matrices on $(wc -c <"$calib") bytes of calibration text" >&2
-"$toy" imatrix -m "$model" -f "$calib" -c "$ctx" -o "$out/imatrix-toy.gguf" 2>&1 | tail -1 >&2
-"$bin/llama-imatrix" -m "$model" -f "$calib" -c "$ctx" -o "$out/imatrix-llama.gguf" -t 2 --no-ppl >"$out/imatrix-llama.log" 2>&1
+# (kept from an earlier run when present: delete them to recompute)
+[ -f "$out/imatrix-toy.gguf" ] || "$toy" imatrix -m "$model" -f "$calib" -c "$ctx" -o "$out/imatrix-toy.gguf" 2>&1 | tail -1 >&2
+[ -f "$out/imatrix-llama.gguf" ] || "$bin/llama-imatrix" -m "$model" -f "$calib" -c "$ctx" -o "$out/imatrix-llama.gguf" -t 2 --no-ppl >"$out/imatrix-llama.log" 2>&1
 imdiff=$(python3 bench/imatrix-diff.py "$out/imatrix-llama.gguf" "$out/imatrix-toy.gguf" | tail -1)
 echo "$imdiff" >&2
 
@@ -48,11 +49,11 @@ echo "== base: F32 log-probs on $text" >&2
 "$toy" eval kld -m "$model" -f "$text" -c "$ctx" "${chunks[@]}" --save-base "$out/base.kld" 2>&1 | tail -1 >&2
 
 size() { echo "scale=1; $(stat -c %s "$1") / 1048576" | bc; }
-same() { python3 bench/gguf-diff.py "$1" "$2" | tail -1 | awk '{printf "%s/%s identical", $2, $NF}'; }
+same() { python3 bench/gguf-diff.py "$1" "$2" | tail -1 | awk '{gsub(",", ""); printf "%s/%s identical", $2, $NF}'; }
 toy_kld() { "$toy" eval kld -m "$1" --base "$out/base.kld" --json 2>/dev/null |
   python3 -c 'import json,sys; j=json.load(sys.stdin); print("%.6f %.4f" % (j["kld_mean"]["value"], j["ppl_q"]["value"]))'; }
 llama_kld() { "$ppl" -m "$1" -c "$ctx" "${chunks[@]}" --kl-divergence-base "$out/base.kld" --kl-divergence -t 2 >"$1.ppl.log" 2>&1 || { echo "fail fail"; return; }
-  awk '/Mean +KLD:/ {k=$3} /Mean PPL\(Q\)/ {p=$4} END {printf "%s %s\n", k, p}' "$1.ppl.log"; }
+  awk '/^Mean +KLD:/ {k=$3} /^Mean PPL\(Q\) +:/ {p=$4} END {printf "%s %s\n", k, p}' "$1.ppl.log"; }
 
 # one row: type, imatrix file ("" for none), label
 row() {
@@ -67,7 +68,7 @@ row() {
 }
 
 echo
-echo "$name, $(date -u +%F), $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs); KLD against the F32 model on $(basename "$text"), ctx $ctx"
+echo "$name, $(date -u +%F), $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs) ($(grep -o -m1 -w 'avx512_vnni\|avx2' /proc/cpuinfo | head -1), $(nproc) threads); KLD against the F32 model on $(basename "$text"), ctx $ctx"
 echo
 echo "| type | imatrix | toy MiB | llama-quantize MiB | tensors | KLD (toy eval) | KLD (llama-perplexity) | PPL (toy) | PPL (llama.cpp) |"
 echo "|---|---|---|---|---|---|---|---|---|"

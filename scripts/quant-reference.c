@@ -86,6 +86,31 @@ int main(void) {
         float u = next_f32();
         w[j] = j % 97 == 5 ? 0.0f : powf(10.0f, 2.0f * u) * (1.0f + 0.01f * (j % 7));
     }
+    // the lattice types' decoders: 64 blocks of random bytes each (the f16 scale kept finite)
+    static const struct { enum ggml_type t; int size; const char * name; } D[] = {
+        {GGML_TYPE_IQ2_XXS, 66, "IQ2_XXS"}, {GGML_TYPE_IQ2_XS, 74, "IQ2_XS"}, {GGML_TYPE_IQ2_S, 82, "IQ2_S"},
+        {GGML_TYPE_IQ3_XXS, 98, "IQ3_XXS"}, {GGML_TYPE_IQ3_S, 110, "IQ3_S"}, {GGML_TYPE_IQ1_S, 50, "IQ1_S"},
+        {GGML_TYPE_IQ1_M, 56, "IQ1_M"},
+    };
+    static uint8_t blocks[64 * 110];
+    static float y[64 * 256];
+    for (int i = 0; i < (int)(sizeof D / sizeof D[0]); i++) {
+        s = 0x51ed0000u + (uint32_t)D[i].t;
+        for (int j = 0; j < 64 * D[i].size; j++) blocks[j] = (uint8_t)(next_u32() >> 11);
+        for (int b = 0; b < 64; b++) {
+            if (D[i].t == GGML_TYPE_IQ1_M) blocks[b * 56 + 55] &= 0xbf; else blocks[b * D[i].size + 1] &= 0xbb;
+        }
+        switch (D[i].t) {
+            case GGML_TYPE_IQ2_XXS: dequantize_row_iq2_xxs((void *)blocks, y, 64 * 256); break;
+            case GGML_TYPE_IQ2_XS: dequantize_row_iq2_xs((void *)blocks, y, 64 * 256); break;
+            case GGML_TYPE_IQ2_S: dequantize_row_iq2_s((void *)blocks, y, 64 * 256); break;
+            case GGML_TYPE_IQ3_XXS: dequantize_row_iq3_xxs((void *)blocks, y, 64 * 256); break;
+            case GGML_TYPE_IQ3_S: dequantize_row_iq3_s((void *)blocks, y, 64 * 256); break;
+            case GGML_TYPE_IQ1_S: dequantize_row_iq1_s((void *)blocks, y, 64 * 256); break;
+            default: dequantize_row_iq1_m((void *)blocks, y, 64 * 256); break;
+        }
+        printf("dequantize %s 0x%016llx\n", D[i].name, (unsigned long long) fnv1a((const uint8_t *)y, sizeof y));
+    }
     for (int i = 0; i < (int)(sizeof T / sizeof T[0]); i++) {
         for (int with = 0; with < 2; with++) {
             size_t n = fn_of(T[i].t)(x, out, NROW, N_PER_ROW, with ? w : NULL);

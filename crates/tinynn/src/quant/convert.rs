@@ -3,7 +3,9 @@
 //! `kquants_quantize`, `iq4`). Mirrors ggml's `to_float` / `from_float_ref` type traits over
 //! ggml-quants.c.
 
-use super::{float, iq4, kquants as kq, kquants_quantize as kqq, legacy, GgmlType, QK_K};
+use super::{
+    float, iq4, iq_lattice as iql, kquants as kq, kquants_quantize as kqq, legacy, GgmlType, QK_K,
+};
 
 #[derive(Debug, thiserror::Error)]
 pub enum QuantError {
@@ -47,6 +49,13 @@ pub fn can_dequantize(ty: GgmlType) -> bool {
             | Q8_K
             | IQ4_NL
             | IQ4_XS
+            | IQ2_XXS
+            | IQ2_XS
+            | IQ2_S
+            | IQ3_XXS
+            | IQ3_S
+            | IQ1_S
+            | IQ1_M
     )
 }
 
@@ -155,6 +164,13 @@ pub fn dequantize(ty: GgmlType, src: &[u8], dst: &mut [f32]) -> Result<(), Quant
         Q8_K => each_block(src, dst, kq::dequantize_block_q8_k),
         IQ4_NL => each_block(src, dst, iq4::dequantize_block_iq4_nl),
         IQ4_XS => each_block(src, dst, iq4::dequantize_block_iq4_xs),
+        IQ2_XXS => each_block(src, dst, iql::dequantize_block_iq2_xxs),
+        IQ2_XS => each_block(src, dst, iql::dequantize_block_iq2_xs),
+        IQ2_S => each_block(src, dst, iql::dequantize_block_iq2_s),
+        IQ3_XXS => each_block(src, dst, iql::dequantize_block_iq3_xxs),
+        IQ3_S => each_block(src, dst, iql::dequantize_block_iq3_s),
+        IQ1_S => each_block(src, dst, iql::dequantize_block_iq1_s),
+        IQ1_M => each_block(src, dst, iql::dequantize_block_iq1_m),
         I8 | I16 | I32 | I64 | F64 => unsupported(ty, "dequantize")?, // refused above
     }
     Ok(())
@@ -193,7 +209,9 @@ pub fn quantize(ty: GgmlType, src: &[f32], dst: &mut [u8]) -> Result<(), QuantEr
             .chunks_exact(QK_K)
             .zip(dst.chunks_exact_mut(136))
             .for_each(|(x, y)| iq4::quantize_iq4(x, y, None)),
-        I8 | I16 | I32 | I64 | F64 => unsupported(ty, "quantize")?, // refused above
+        I8 | I16 | I32 | I64 | F64 | IQ2_XXS | IQ2_XS | IQ2_S | IQ3_XXS | IQ3_S | IQ1_S | IQ1_M => {
+            unsupported(ty, "quantize")? // refused above
+        }
     }
     Ok(())
 }

@@ -7,6 +7,8 @@
 mod convert;
 pub mod float;
 pub mod iq4;
+mod iq_grids;
+pub mod iq_lattice;
 pub mod kquants;
 pub mod kquants_quantize;
 pub mod legacy;

@@ -19,7 +19,7 @@ pub(super) fn fnv1a(bytes: &[u8]) -> u64 {
 pub(super) struct XorShift(pub(super) u32);
 
 impl XorShift {
-    fn next_u32(&mut self) -> u32 {
+    pub(super) fn next_u32(&mut self) -> u32 {
         self.0 ^= self.0 << 13;
         self.0 ^= self.0 >> 17;
         self.0 ^= self.0 << 5;

@@ -25,13 +25,20 @@ pub enum GgmlType {
     Q5_K = 13,
     Q6_K = 14,
     Q8_K = 15,
+    IQ2_XXS = 16,
+    IQ2_XS = 17,
+    IQ3_XXS = 18,
+    IQ1_S = 19,
     IQ4_NL = 20,
+    IQ3_S = 21,
+    IQ2_S = 22,
     IQ4_XS = 23,
     I8 = 24,
     I16 = 25,
     I32 = 26,
     I64 = 27,
     F64 = 28,
+    IQ1_M = 29,
     BF16 = 30,
 }
 
@@ -40,7 +47,7 @@ pub const QK_K: usize = 256;
 
 impl GgmlType {
     /// Every type this crate knows, in id order.
-    pub const ALL: [GgmlType; 22] = [
+    pub const ALL: [GgmlType; 29] = [
         Self::F32,
         Self::F16,
         Self::Q4_0,
@@ -55,13 +62,20 @@ impl GgmlType {
         Self::Q5_K,
         Self::Q6_K,
         Self::Q8_K,
+        Self::IQ2_XXS,
+        Self::IQ2_XS,
+        Self::IQ3_XXS,
+        Self::IQ1_S,
         Self::IQ4_NL,
+        Self::IQ3_S,
+        Self::IQ2_S,
         Self::IQ4_XS,
         Self::I8,
         Self::I16,
         Self::I32,
         Self::I64,
         Self::F64,
+        Self::IQ1_M,
         Self::BF16,
     ];
 
@@ -101,6 +115,13 @@ impl GgmlType {
             Q6_K => "Q6_K",
             Q8_K => "Q8_K",
             IQ4_NL => "IQ4_NL",
+            IQ2_XXS => "IQ2_XXS",
+            IQ2_XS => "IQ2_XS",
+            IQ2_S => "IQ2_S",
+            IQ3_XXS => "IQ3_XXS",
+            IQ3_S => "IQ3_S",
+            IQ1_S => "IQ1_S",
+            IQ1_M => "IQ1_M",
             IQ4_XS => "IQ4_XS",
             I8 => "I8",
             I16 => "I16",
@@ -118,6 +139,7 @@ impl GgmlType {
             F32 | F16 | BF16 | I8 | I16 | I32 | I64 | F64 => 1,
             Q4_0 | Q4_1 | Q5_0 | Q5_1 | Q8_0 | Q8_1 | IQ4_NL => 32,
             Q2_K | Q3_K | Q4_K | Q5_K | Q6_K | Q8_K | IQ4_XS => QK_K,
+            IQ2_XXS | IQ2_XS | IQ2_S | IQ3_XXS | IQ3_S | IQ1_S | IQ1_M => QK_K,
         }
     }
 
@@ -143,6 +165,13 @@ impl GgmlType {
             Q6_K => 210,
             Q8_K => 292,
             IQ4_XS => 136,
+            IQ2_XXS => 66,
+            IQ2_XS => 74,
+            IQ2_S => 82,
+            IQ3_XXS => 98,
+            IQ3_S => 110,
+            IQ1_S => 50,
+            IQ1_M => 56,
         }
     }
 

@@ -1,5 +1,6 @@
 //! Bit-exactness of `quantize_row` against ggml's `quantize_<type>` with and without an
-//! importance matrix, pinned as checksums made by `scripts/quant-reference.sh` (ggml-quants.c
+//! importance matrix, and of the lattice (IQ1/IQ2/IQ3) decoders, pinned as checksums made by
+//! `scripts/quant-reference.sh` (ggml-quants.c
 //! of llama.cpp 0c1e570 built as ggml-base is, on the same rows and weights).
 
 use super::reference_tests::{fnv1a, reference_row, XorShift};
@@ -67,4 +68,39 @@ fn a_wrong_length_importance_matrix_is_an_error() {
         err.to_string().contains("255 weights for a row of 256"),
         "{err}"
     );
+}
+
+#[test]
+fn lattice_types_decode_as_ggml() {
+    let want = [
+        (IQ2_XXS, 0xe3be8cebca737a57u64),
+        (IQ2_XS, 0xac76f1b417e7a076),
+        (IQ2_S, 0xb487045f6adcb52c),
+        (IQ3_XXS, 0x6c2ea2f196b077ae),
+        (IQ3_S, 0xc6fc21ec54d24b7a),
+        (IQ1_S, 0x82231fb33646a596),
+        (IQ1_M, 0x98e7a8006db71cef),
+    ];
+    for (ty, hash) in want {
+        // 64 blocks of random bytes, the f16 scale's exponent kept below all ones
+        let mut rng = XorShift(0x51ed_0000 + ty as u32);
+        let size = ty.type_size();
+        let mut blocks: Vec<u8> = (0..64 * size)
+            .map(|_| (rng.next_u32() >> 11) as u8)
+            .collect();
+        for b in blocks.chunks_mut(size) {
+            match ty {
+                IQ1_M => b[55] &= 0xbf,
+                _ => b[1] &= 0xbb,
+            }
+        }
+        let mut y = vec![0f32; 64 * 256];
+        super::dequantize(ty, &blocks, &mut y).unwrap();
+        let bytes: Vec<u8> = y.iter().flat_map(|v| v.to_le_bytes()).collect();
+        assert_eq!(
+            fnv1a(&bytes),
+            hash,
+            "{ty} differs from ggml's dequantize_row_*"
+        );
+    }
 }
