@@ -193,3 +193,24 @@ fn to_bytes(w: toy::gguf::GgufWriter) -> Vec<u8> {
     w.write_to(&mut b).unwrap();
     b
 }
+
+#[test]
+fn an_imatrix_written_by_gguf_py_reads_per_matrix_counts() {
+    // fuzz/seeds/imatrix/small.gguf: written by llama.cpp's gguf-py; ffn_down holds two
+    // matrices (experts), the second never used (count 0: weights of 1, as llama-quantize)
+    let path = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../../fuzz/seeds/imatrix/small.gguf"
+    );
+    let m = Imatrix::read(std::path::Path::new(path)).unwrap();
+    let q: Vec<f32> = (0..8).map(|i| i as f32 / 32.0).collect();
+    assert_eq!(m.entries["blk.0.attn_q.weight"], q);
+    let third = 1.0f32 / 3.0;
+    assert_eq!(
+        m.entries["blk.0.ffn_down.weight"],
+        [[third; 4], [1.0; 4]].concat()
+    );
+    assert_eq!((m.chunks, m.datasets), (2, vec!["calib.txt".to_string()]));
+    let err = Imatrix::from_bytes(b"GGUF\x03\0\0\0".to_vec()).unwrap_err();
+    assert!(!err.is_empty());
+}

@@ -33,20 +33,24 @@ impl Imatrix {
     pub fn read(path: &Path) -> Result<Self, QuantizeError> {
         let bad = |why: String| QuantizeError::Imatrix(format!("'{}': {why}", path.display()));
         let bytes = std::fs::read(path).map_err(|e| bad(e.to_string()))?;
+        Self::from_bytes(bytes).map_err(bad)
+    }
+
+    /// [`Imatrix::read`] on the file's bytes; the error says what was wrong.
+    pub fn from_bytes(bytes: Vec<u8>) -> Result<Self, String> {
         let m = if bytes.starts_with(b"GGUF") {
-            let f = GgufFile::from_bytes(bytes).map_err(|e| bad(e.to_string()))?;
-            Self::from_gguf(&f).map_err(bad)?
+            Self::from_gguf(&GgufFile::from_bytes(bytes).map_err(|e| e.to_string())?)?
         } else {
-            Self::from_legacy(&bytes).map_err(bad)?
+            Self::from_legacy(&bytes)?
         };
-        if let Some((name, _)) = m
+        match m
             .entries
             .iter()
             .find(|(_, v)| v.iter().any(|x| !x.is_finite()))
         {
-            return Err(bad(format!("entry '{name}' holds a non-finite value")));
+            Some((name, _)) => Err(format!("entry '{name}' holds a non-finite value")),
+            None => Ok(m),
         }
-        Ok(m)
     }
 
     fn from_gguf(f: &GgufFile) -> Result<Self, String> {
