@@ -11,9 +11,10 @@ bin_dir, imatrix, models = sys.argv[1], sys.argv[2], sys.argv[3:]
 env = dict(os.environ, LD_LIBRARY_PATH=bin_dir)
 LINE = re.compile(r"^\[\s*\d+/\s*\d+\]\s+(\S+)\s+- \[([^\]]*)\], type =\s+(\S+), size =.*?(?:-> .*\((\S+)\))?$")
 TYPES = ["Q2_K", "Q3_K_S", "Q3_K_M", "Q3_K_L", "Q4_K_S", "Q4_K_M", "Q5_K_S", "Q5_K_M", "Q6_K",
-         "Q4_0", "Q4_1", "Q5_0", "Q5_1", "Q8_0", "IQ4_NL", "IQ4_XS", "F16", "BF16"]
+         "Q4_0", "Q4_1", "Q5_0", "Q5_1", "Q8_0", "IQ4_NL", "IQ4_XS", "IQ3_S", "IQ3_M", "F16", "BF16"]
 CASES = [(t, []) for t in TYPES]
-CASES += [(t, ["--imatrix", imatrix]) for t in ["Q2_K_S", "Q2_K", "Q4_0", "Q5_0", "IQ4_NL", "IQ4_XS", "Q4_K_M"]]
+CASES += [(t, ["--imatrix", imatrix]) for t in ["Q2_K_S", "Q2_K", "Q4_0", "Q5_0", "IQ4_NL", "IQ4_XS", "Q4_K_M",
+                                                "IQ3_XXS", "IQ3_XS", "IQ3_S", "IQ2_XXS", "IQ2_XS", "IQ2_S", "IQ2_M"]]
 CASES += [("Q4_K_M", ["--pure"]), ("Q4_K_M", ["--leave-output-tensor"]),
           ("Q5_K_M", ["--output-tensor-type", "q8_0", "--token-embedding-type", "q4_0"])]
 

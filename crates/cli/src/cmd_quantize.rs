@@ -16,8 +16,9 @@ pub struct Args {
     /// File to write (atomically).
     output: PathBuf,
     /// File type, by llama-quantize's names: Q4_K_M, Q4_K_S, Q5_K_M, Q5_K_S, Q6_K, Q3_K_L,
-    /// Q3_K_M, Q3_K_S, Q2_K, Q2_K_S (needs --imatrix), IQ4_XS, IQ4_NL, Q8_0, Q5_1, Q5_0, Q4_1,
-    /// Q4_0, BF16, F16, F32 (Q4_K, Q5_K, Q3_K: the _M mixes).
+    /// Q3_K_M, Q3_K_S, Q2_K, IQ4_XS, IQ4_NL, IQ3_M, IQ3_S, Q8_0, Q5_1, Q5_0, Q4_1, Q4_0, BF16,
+    /// F16, F32 (Q4_K, Q5_K, Q3_K: the _M mixes); with --imatrix also Q2_K_S, IQ3_XS,
+    /// IQ3_XXS, IQ2_M, IQ2_S, IQ2_XS, IQ2_XXS.
     #[arg(long = "type")]
     ty: String,
     /// Importance matrix (`toy imatrix` or llama-imatrix, GGUF or legacy .dat) whose weights

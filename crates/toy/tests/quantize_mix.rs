@@ -118,12 +118,14 @@ fn q2_k_s_asks_for_an_importance_matrix_and_unknown_types_are_named() {
         n_gqa: 1,
         n_expert: 0,
     };
-    let err = plan(&[], &hp, &o).unwrap_err().to_string();
+    let t = [("blk.0.ffn_up.weight", &[256u64, 256][..], GgmlType::F32)];
+    let err = plan(&t, &hp, &o).unwrap_err().to_string();
     assert!(
         err.contains("needs an importance matrix") && err.contains("toy imatrix"),
         "{err}"
     );
-    let err = FileType::parse("IQ2_XS").unwrap_err().to_string();
+    assert!(err.contains("blk.0.ffn_up.weight in Q2_K"), "{err}");
+    let err = FileType::parse("IQ1_S").unwrap_err().to_string();
     assert!(
         err.contains("cannot write it yet") && err.contains("Q4_K_M"),
         "{err}"

@@ -6,9 +6,12 @@
 
 mod convert;
 pub mod float;
+mod iq2_quantize;
 pub mod iq4;
 mod iq_grids;
 pub mod iq_lattice;
+mod iq_quantize;
+mod iq_quantize_init;
 pub mod kquants;
 pub mod kquants_quantize;
 pub mod legacy;
@@ -20,6 +23,8 @@ pub use convert::{can_dequantize, can_quantize, dequantize, quantize, QuantError
 pub use types::{GgmlType, QK_K};
 pub use weighted::{quantize_row, uses_imatrix};
 
+#[cfg(test)]
+mod iq_quantize_tests;
 #[cfg(test)]
 mod reference_tests;
 #[cfg(test)]

@@ -16,7 +16,7 @@ use super::kquants_quantize::{
     quantize_block_q6_k_weighted,
 };
 use super::scale_search::{make_qkx2_quants, make_qp_quants, make_qx_quants, nearest_int};
-use super::{iq4, GgmlType, QK_K};
+use super::{iq2_quantize as iq2q, iq4, iq_quantize as iqq, GgmlType, QK_K};
 
 /// Whether `quantize_row` searches `ty`'s scales under an importance matrix (the others
 /// ignore one, as ggml does: Q8_0 and the float types).
@@ -24,7 +24,21 @@ pub fn uses_imatrix(ty: GgmlType) -> bool {
     use GgmlType::*;
     matches!(
         ty,
-        Q4_0 | Q4_1 | Q5_0 | Q5_1 | Q2_K | Q3_K | Q4_K | Q5_K | Q6_K | IQ4_NL | IQ4_XS
+        Q4_0 | Q4_1
+            | Q5_0
+            | Q5_1
+            | Q2_K
+            | Q3_K
+            | Q4_K
+            | Q5_K
+            | Q6_K
+            | IQ4_NL
+            | IQ4_XS
+            | IQ2_XXS
+            | IQ2_XS
+            | IQ2_S
+            | IQ3_XXS
+            | IQ3_S
     )
 }
 
@@ -51,6 +65,14 @@ pub fn quantize_row(
         return quantize(ty, x, dst);
     }
     check_lengths(ty, x.len(), dst.len())?;
+    match ty {
+        IQ2_XXS | IQ2_XS if qw.is_none() => return Err(QuantError::NeedsWeights { ty }),
+        IQ2_XXS | IQ2_XS | IQ2_S | IQ3_XXS | IQ3_S => {
+            lattice(ty, x, dst, qw);
+            return Ok(());
+        }
+        _ => {}
+    }
     let (n, bytes) = (ty.block_size(), ty.type_size());
     let blocks = x.chunks_exact(n).zip(dst.chunks_exact_mut(bytes));
     let w = |i: usize| qw.map(|w| &w[i * n..(i + 1) * n]);
@@ -80,6 +102,18 @@ pub fn quantize_row(
         }
     }
     Ok(())
+}
+
+/// The lattice types' quantizers (`iq_quantize`, `iq2_quantize`); `qw` is there for the two
+/// that need it (`quantize_row` checked).
+fn lattice(ty: GgmlType, x: &[f32], dst: &mut [u8], qw: Option<&[f32]>) {
+    match ty {
+        GgmlType::IQ2_XXS => iq2q::quantize_iq2_xxs(x, dst, qw),
+        GgmlType::IQ2_XS => iq2q::quantize_iq2_xs(x, dst, qw),
+        GgmlType::IQ2_S => iq2q::quantize_iq2_s(x, dst, qw),
+        GgmlType::IQ3_XXS => iqq::quantize_iq3_xxs(x, dst, qw),
+        _ => iqq::quantize_iq3_s(x, dst, qw),
+    }
 }
 
 fn mean_square(x: &[f32]) -> f32 {

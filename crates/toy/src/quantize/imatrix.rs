@@ -41,7 +41,9 @@ impl Imatrix {
         let m = if bytes.starts_with(b"GGUF") {
             Self::from_gguf(&GgufFile::from_bytes(bytes).map_err(|e| e.to_string())?)?
         } else {
-            Self::from_legacy(&bytes)?
+            Self::from_legacy(&bytes).map_err(|e| {
+                format!("not an importance matrix (neither GGUF nor llama-imatrix's legacy format: {e})")
+            })?
         };
         match m
             .entries

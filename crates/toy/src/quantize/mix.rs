@@ -6,148 +6,14 @@
 //! the first and last eighth and every third layer between), and so on per type. Tensors are
 //! visited in llama.cpp's order (by block number, then name), since the layer counters of the
 //! rules advance in that order. A tensor whose rows are not whole blocks of its type falls
-//! back as llama.cpp's `tensor_type_fallback` does. Left out: the rules for the 70B Llama and
-//! for 8-expert models' types, and the IQ1/IQ2/IQ3 file types, which toy cannot write.
+//! back as llama.cpp's `tensor_type_fallback` does. Left out: the rule for the 70B Llama, the
+//! IQ1, TQ and MXFP4 file types, and the architecture-specific rules of models toy does not run.
 
 use super::QuantizeError;
 use crate::gguf::GgufFile;
 use tinynn::quant::GgmlType;
 
-/// The file types `toy quantize` writes, by llama-quantize's names.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-#[allow(non_camel_case_types)]
-pub enum FileType {
-    F32,
-    F16,
-    BF16,
-    Q4_0,
-    Q4_1,
-    Q5_0,
-    Q5_1,
-    Q8_0,
-    Q2_K,
-    Q2_K_S,
-    Q3_K_S,
-    Q3_K_M,
-    Q3_K_L,
-    Q4_K_S,
-    Q4_K_M,
-    Q5_K_S,
-    Q5_K_M,
-    Q6_K,
-    IQ4_NL,
-    IQ4_XS,
-}
-
-/// llama-quantize's file types toy does not write yet.
-const NOT_YET: [&str; 12] = [
-    "IQ1_S", "IQ1_M", "IQ2_XXS", "IQ2_XS", "IQ2_S", "IQ2_M", "IQ3_XXS", "IQ3_XS", "IQ3_S", "IQ3_M",
-    "TQ1_0", "TQ2_0",
-];
-
-impl FileType {
-    pub const ALL: [FileType; 20] = {
-        use FileType::*;
-        [
-            F32, F16, BF16, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q2_K, Q2_K_S, Q3_K_S, Q3_K_M, Q3_K_L,
-            Q4_K_S, Q4_K_M, Q5_K_S, Q5_K_M, Q6_K, IQ4_NL, IQ4_XS,
-        ]
-    };
-
-    pub fn name(self) -> &'static str {
-        use FileType::*;
-        match self {
-            F32 => "F32",
-            F16 => "F16",
-            BF16 => "BF16",
-            Q4_0 => "Q4_0",
-            Q4_1 => "Q4_1",
-            Q5_0 => "Q5_0",
-            Q5_1 => "Q5_1",
-            Q8_0 => "Q8_0",
-            Q2_K => "Q2_K",
-            Q2_K_S => "Q2_K_S",
-            Q3_K_S => "Q3_K_S",
-            Q3_K_M => "Q3_K_M",
-            Q3_K_L => "Q3_K_L",
-            Q4_K_S => "Q4_K_S",
-            Q4_K_M => "Q4_K_M",
-            Q5_K_S => "Q5_K_S",
-            Q5_K_M => "Q5_K_M",
-            Q6_K => "Q6_K",
-            IQ4_NL => "IQ4_NL",
-            IQ4_XS => "IQ4_XS",
-        }
-    }
-
-    /// `general.file_type`: the `llama_ftype` number.
-    pub fn id(self) -> u32 {
-        use FileType::*;
-        match self {
-            F32 => 0,
-            F16 => 1,
-            Q4_0 => 2,
-            Q4_1 => 3,
-            Q8_0 => 7,
-            Q5_0 => 8,
-            Q5_1 => 9,
-            Q2_K => 10,
-            Q3_K_S => 11,
-            Q3_K_M => 12,
-            Q3_K_L => 13,
-            Q4_K_S => 14,
-            Q4_K_M => 15,
-            Q5_K_S => 16,
-            Q5_K_M => 17,
-            Q6_K => 18,
-            Q2_K_S => 21,
-            IQ4_NL => 25,
-            IQ4_XS => 30,
-            BF16 => 32,
-        }
-    }
-
-    /// The type of every tensor the mix does not move (`llama_ftype_get_default_type`).
-    pub fn default_type(self) -> GgmlType {
-        use FileType::*;
-        match self {
-            F32 => GgmlType::F32,
-            F16 => GgmlType::F16,
-            BF16 => GgmlType::BF16,
-            Q4_0 => GgmlType::Q4_0,
-            Q4_1 => GgmlType::Q4_1,
-            Q5_0 => GgmlType::Q5_0,
-            Q5_1 => GgmlType::Q5_1,
-            Q8_0 => GgmlType::Q8_0,
-            Q2_K | Q2_K_S => GgmlType::Q2_K,
-            Q3_K_S | Q3_K_M | Q3_K_L => GgmlType::Q3_K,
-            Q4_K_S | Q4_K_M => GgmlType::Q4_K,
-            Q5_K_S | Q5_K_M => GgmlType::Q5_K,
-            Q6_K => GgmlType::Q6_K,
-            IQ4_NL => GgmlType::IQ4_NL,
-            IQ4_XS => GgmlType::IQ4_XS,
-        }
-    }
-
-    /// By llama-quantize's name, case-insensitive; `Q3_K`, `Q4_K`, `Q5_K` are its `_M`.
-    pub fn parse(s: &str) -> Result<Self, QuantizeError> {
-        let up = s.to_ascii_uppercase();
-        let up = match up.as_str() {
-            "Q3_K" => "Q3_K_M",
-            "Q4_K" => "Q4_K_M",
-            "Q5_K" => "Q5_K_M",
-            other => other,
-        };
-        if let Some(t) = Self::ALL.iter().find(|t| t.name() == up) {
-            return Ok(*t);
-        }
-        let known = Self::ALL.map(|t| t.name()).join(", ");
-        if NOT_YET.contains(&up) {
-            return Err(QuantizeError::NotYet(up.to_string(), known));
-        }
-        Err(QuantizeError::UnknownType(s.to_string(), known))
-    }
-}
+pub use super::file_type::FileType;
 
 /// What the rules read from the model: `llama_hparams` as far as they use it.
 #[derive(Clone, Debug)]
@@ -276,7 +142,7 @@ pub fn fallback(t: GgmlType, cols: u64) -> GgmlType {
         return t;
     }
     let alt = match t {
-        IQ4_XS => IQ4_NL,
+        IQ4_XS | IQ3_S | IQ3_XXS | IQ2_S | IQ2_XS | IQ2_XXS | IQ1_S | IQ1_M => IQ4_NL,
         Q2_K | Q3_K => Q4_0,
         Q4_K => Q5_0,
         Q5_K => Q5_1,
@@ -298,15 +164,20 @@ fn layer_of(name: &str) -> i64 {
         .unwrap_or(-1)
 }
 
+/// Whether llama.cpp refuses to write `t` without an importance matrix
+/// (`tensor_requires_imatrix`): the 1- and 2-bit lattice types, IQ3_XXS, and Q2_K in Q2_K_S.
+fn requires_imatrix(t: GgmlType, ftype: FileType) -> bool {
+    use GgmlType::*;
+    matches!(t, IQ3_XXS | IQ2_XXS | IQ2_XS | IQ2_S | IQ1_M | IQ1_S)
+        || (t == Q2_K && ftype == FileType::Q2_K_S)
+}
+
 /// The target type of every tensor `(name, dims, current type)`, in the order given.
 pub fn plan(
     tensors: &[(&str, &[u64], GgmlType)],
     hp: &Hparams,
     o: &MixOptions,
 ) -> Result<Vec<GgmlType>, QuantizeError> {
-    if o.ftype == FileType::Q2_K_S && !o.has_imatrix {
-        return Err(QuantizeError::NeedsImatrix(o.ftype.name()));
-    }
     let mut order: Vec<usize> = (0..tensors.len()).collect();
     order.sort_by(|&a, &b| {
         let (na, nb) = (tensors[a].0, tensors[b].0);
@@ -319,11 +190,20 @@ pub fn plan(
         n_attention_wv: tensors.iter().filter(|t| is_attn_v(category(t.0))).count(),
         i_attention_wv: 0,
         i_ffn_down: 0,
+        i_ffn_gate: 0,
+        i_ffn_up: 0,
     };
     let mut out = vec![GgmlType::F32; tensors.len()];
     for i in order {
         let (name, dims, ty) = tensors[i];
         out[i] = rules.target(name, dims, ty);
+        if out[i] != ty && !o.has_imatrix && requires_imatrix(out[i], o.ftype) {
+            return Err(QuantizeError::NeedsImatrix(format!(
+                "{} ({name} in {})",
+                o.ftype.name(),
+                out[i]
+            )));
+        }
     }
     Ok(out)
 }
@@ -335,6 +215,8 @@ struct Rules<'a> {
     n_attention_wv: usize,
     i_attention_wv: usize,
     i_ffn_down: usize,
+    i_ffn_gate: usize,
+    i_ffn_up: usize,
 }
 
 /// `use_more_bits`: the first and last eighth of the layers and every third one between.
@@ -370,77 +252,184 @@ impl Rules<'_> {
     fn mix(&mut self, cols: u64, cat: Category, default: GgmlType) -> GgmlType {
         use FileType as F;
         use GgmlType as G;
-        let (ft, hp, falcon) = (self.o.ftype, self.hp, self.hp.arch == "falcon");
-        let mut t = default;
+        let (ft, hp) = (self.o.ftype, self.hp);
         if cat == Category::Output || (self.tied && cat == Category::TokenEmbd) {
             return match self.o.output_type {
                 Some(o) => o,
-                None if falcon || !cols.is_multiple_of(default.block_size() as u64) => G::Q8_0,
+                None if hp.arch == "falcon"
+                    || !cols.is_multiple_of(default.block_size() as u64) =>
+                {
+                    G::Q8_0
+                }
+                None if matches!(
+                    ft,
+                    F::IQ2_XXS | F::IQ2_XS | F::IQ3_XXS | F::IQ2_S | F::IQ2_M
+                ) =>
+                {
+                    G::Q5_K
+                }
                 None if default != G::Q8_0 => G::Q6_K,
                 None => default,
             };
         }
-        if is_attn_v(cat) {
-            let i = self.i_attention_wv;
-            let more = use_more_bits(i, self.n_attention_wv);
-            t = match ft {
-                F::Q2_K if hp.n_gqa >= 4 => G::Q4_K,
-                F::Q2_K => G::Q3_K,
-                F::Q2_K_S if hp.n_gqa >= 4 => G::Q4_K,
-                F::Q3_K_M if i < 2 => G::Q5_K,
-                F::Q3_K_M => G::Q4_K,
-                F::Q3_K_L => G::Q5_K,
-                F::IQ4_NL | F::IQ4_XS if hp.n_gqa >= 4 => G::Q5_K,
-                F::Q4_K_M | F::Q5_K_M if more => G::Q6_K,
-                F::Q4_K_S if i < 4 => G::Q5_K,
-                _ => t,
-            };
-            if hp.n_expert == 8 {
-                t = G::Q8_0;
-            }
-            self.i_attention_wv += 1;
-        } else if cat == Category::AttnK && hp.n_expert == 8 {
-            t = G::Q8_0;
-        } else if cat == Category::FfnDown {
-            let (i, n) = (self.i_ffn_down, hp.n_layer);
-            let more = use_more_bits(i, n);
-            t = match ft {
-                F::Q2_K => G::Q3_K,
-                F::Q2_K_S if i < n / 8 => G::Q4_K,
-                F::Q3_K_M if i < n / 16 => G::Q5_K,
-                F::Q3_K_M if !falcon || more => G::Q4_K,
-                F::Q3_K_M => G::Q3_K,
-                F::Q3_K_L if falcon => G::Q4_K,
-                F::Q3_K_L => G::Q5_K,
-                F::Q4_K_M if falcon && i < n / 16 => G::Q6_K,
-                F::Q4_K_M if falcon && more => G::Q5_K,
-                F::Q4_K_M if falcon => G::Q4_K,
-                F::Q4_K_M if more => G::Q6_K,
-                F::IQ4_NL | F::IQ4_XS if i < n / 8 && !self.o.has_imatrix => G::Q5_K,
-                F::Q5_K_M if more => G::Q6_K,
-                F::Q4_K_S if !falcon && i < n / 8 => G::Q5_K,
-                F::Q4_0 if self.o.has_imatrix && i < n / 8 => G::Q4_1,
-                F::Q5_0 if self.o.has_imatrix && i < n / 8 => G::Q5_1,
-                _ => t,
-            };
-            self.i_ffn_down += 1;
-        } else if cat == Category::AttnOutput {
-            let moe8 = hp.n_expert == 8;
-            t = match ft {
-                F::Q2_K | F::Q3_K_S | F::Q3_K_M | F::IQ4_NL | F::Q4_K_S | F::Q4_K_M | F::IQ4_XS
-                    if !falcon && moe8 =>
-                {
-                    G::Q5_K
-                }
-                F::Q2_K if !falcon && !moe8 => G::Q3_K,
-                F::Q3_K_M if !falcon && !moe8 => G::Q4_K,
-                F::Q3_K_L if !falcon && !moe8 => G::Q5_K,
-                F::Q3_K_L if falcon => G::Q4_K,
-                _ => t,
+        if cat == Category::TokenEmbd {
+            return match ft {
+                F::IQ2_XXS | F::IQ2_XS => G::Q2_K,
+                F::IQ2_S | F::IQ2_M | F::IQ3_XXS => G::IQ3_S,
+                _ => default,
             };
         }
-        // (llama.cpp's later rule for fused attn_qkv is never reached: the attn_v rule above
-        // takes that category first)
-        t
+        if matches!(ft, F::IQ2_XXS | F::IQ2_XS | F::IQ2_S | F::IQ2_M) {
+            return self.mix_low_bits(cat, default);
+        }
+        match cat {
+            c if is_attn_v(c) => self.attn_v(default),
+            Category::AttnK | Category::AttnQ => match ft {
+                _ if hp.n_expert == 8 && cat == Category::AttnK => G::Q8_0,
+                F::IQ3_XS => G::IQ3_XXS,
+                F::IQ3_XXS => G::IQ2_S,
+                _ => default,
+            },
+            Category::FfnDown => self.ffn_down(default),
+            Category::AttnOutput => self.attn_output(default),
+            Category::FfnGate | Category::FfnUp => {
+                let i = if cat == Category::FfnGate {
+                    &mut self.i_ffn_gate
+                } else {
+                    &mut self.i_ffn_up
+                };
+                let (l, n) = (*i, hp.n_layer);
+                *i += 1;
+                match ft {
+                    F::IQ3_XS if l >= n / 8 && l < 7 * n / 8 => G::IQ3_XXS,
+                    _ => default,
+                }
+            }
+            _ => default,
+        }
+    }
+
+    /// The 2-bit file types' rules.
+    fn mix_low_bits(&mut self, cat: Category, default: GgmlType) -> GgmlType {
+        use FileType as F;
+        use GgmlType as G;
+        let (hp, s_or_m) = (self.hp, matches!(self.o.ftype, F::IQ2_S | F::IQ2_M));
+        if is_attn_v(cat) {
+            self.i_attention_wv += 1;
+            return match () {
+                _ if hp.n_gqa >= 4 || hp.n_expert >= 4 => G::Q4_K,
+                _ if s_or_m => G::IQ3_S,
+                _ => G::Q2_K,
+            };
+        }
+        match cat {
+            Category::AttnK if hp.n_expert == 8 => G::Q4_K,
+            Category::FfnDown => {
+                let first = self.i_ffn_down < hp.n_layer / 8;
+                self.i_ffn_down += 1;
+                match () {
+                    _ if first && s_or_m => G::IQ3_S,
+                    _ if first => G::Q2_K,
+                    _ => default,
+                }
+            }
+            Category::AttnOutput if hp.n_expert == 8 => G::Q5_K,
+            Category::AttnOutput if s_or_m => G::IQ3_S,
+            _ => default,
+        }
+    }
+
+    fn attn_v(&mut self, default: GgmlType) -> GgmlType {
+        use FileType as F;
+        use GgmlType as G;
+        let (hp, i) = (self.hp, self.i_attention_wv);
+        let more = use_more_bits(i, self.n_attention_wv);
+        self.i_attention_wv += 1;
+        let gqa4 = hp.n_gqa >= 4;
+        let t = match self.o.ftype {
+            F::Q2_K if gqa4 => G::Q4_K,
+            F::Q2_K => G::Q3_K,
+            F::Q2_K_S if gqa4 => G::Q4_K,
+            F::IQ3_XXS if gqa4 => G::Q4_K,
+            F::IQ3_XXS if !self.o.has_imatrix => G::IQ3_S,
+            F::IQ3_XXS => G::IQ3_XXS,
+            F::IQ3_XS | F::IQ3_S if gqa4 => G::Q4_K,
+            F::IQ3_M => G::Q4_K,
+            F::Q3_K_M if i < 2 => G::Q5_K,
+            F::Q3_K_M => G::Q4_K,
+            F::Q3_K_L => G::Q5_K,
+            F::IQ4_NL | F::IQ4_XS if gqa4 => G::Q5_K,
+            F::Q4_K_M | F::Q5_K_M if more => G::Q6_K,
+            F::Q4_K_S if i < 4 => G::Q5_K,
+            _ => default,
+        };
+        if hp.n_expert == 8 {
+            G::Q8_0
+        } else {
+            t
+        }
+    }
+
+    fn ffn_down(&mut self, default: GgmlType) -> GgmlType {
+        use FileType as F;
+        use GgmlType as G;
+        let (hp, i, n) = (self.hp, self.i_ffn_down, self.hp.n_layer);
+        self.i_ffn_down += 1;
+        let (falcon, more, imatrix) =
+            (hp.arch == "falcon", use_more_bits(i, n), self.o.has_imatrix);
+        match self.o.ftype {
+            F::Q2_K => G::Q3_K,
+            F::Q2_K_S if i < n / 8 => G::Q4_K,
+            F::IQ3_XXS if !imatrix && i < n / 8 => G::Q4_K,
+            F::IQ3_XXS if !imatrix => G::Q3_K,
+            F::Q3_K_M if i < n / 16 => G::Q5_K,
+            F::Q3_K_M if !falcon || more => G::Q4_K,
+            F::Q3_K_M => G::Q3_K,
+            F::IQ3_M if i < n / 8 || (hp.n_expert == 8 && more) => G::Q4_K,
+            F::Q3_K_L if falcon => G::Q4_K,
+            F::Q3_K_L => G::Q5_K,
+            F::Q4_K_M if falcon && i < n / 16 => G::Q6_K,
+            F::Q4_K_M if falcon && more => G::Q5_K,
+            F::Q4_K_M if falcon => G::Q4_K,
+            F::Q4_K_M if more => G::Q6_K,
+            F::IQ4_NL | F::IQ4_XS if i < n / 8 && !imatrix => G::Q5_K,
+            F::Q5_K_M if more => G::Q6_K,
+            F::Q4_K_S if !falcon && i < n / 8 => G::Q5_K,
+            F::Q4_0 if imatrix && i < n / 8 => G::Q4_1,
+            F::Q5_0 if imatrix && i < n / 8 => G::Q5_1,
+            _ => default,
+        }
+    }
+
+    fn attn_output(&self, default: GgmlType) -> GgmlType {
+        use FileType as F;
+        use GgmlType as G;
+        let ft = self.o.ftype;
+        if self.hp.arch == "falcon" {
+            return if ft == F::Q3_K_L { G::Q4_K } else { default };
+        }
+        if self.hp.n_expert == 8 {
+            return match ft {
+                F::Q2_K
+                | F::IQ3_XS
+                | F::IQ3_XXS
+                | F::Q3_K_S
+                | F::Q3_K_M
+                | F::IQ4_NL
+                | F::Q4_K_S
+                | F::Q4_K_M
+                | F::IQ3_S
+                | F::IQ3_M
+                | F::IQ4_XS => G::Q5_K,
+                _ => default,
+            };
+        }
+        match ft {
+            F::Q2_K => G::Q3_K,
+            F::IQ3_XXS => G::IQ3_S,
+            F::Q3_K_M | F::IQ3_M => G::Q4_K,
+            F::Q3_K_L => G::Q5_K,
+            _ => default,
+        }
     }
 }

@@ -5,6 +5,7 @@
 //! rest (norms, biases, conv taps) is copied. `general.file_type` is set to the `llama_ftype`
 //! number.
 
+pub mod file_type;
 pub mod imatrix;
 pub mod mix;
 
@@ -23,7 +24,7 @@ pub enum QuantizeError {
     #[error("{0} is llama-quantize's, but toy cannot write it yet: choose one of {1}")]
     NotYet(String, String),
     #[error("{0} needs an importance matrix: make one with `toy imatrix -m MODEL -f TEXT -o imatrix.gguf` and pass --imatrix imatrix.gguf")]
-    NeedsImatrix(&'static str),
+    NeedsImatrix(String),
     #[error("importance matrix {0}")]
     Imatrix(String),
     #[error("tensor '{name}': {source}")]
