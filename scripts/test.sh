@@ -4,7 +4,8 @@
 # feature set), then run the whole workspace's tests in release mode (the model tests need
 # optimised code), the kernels again through their portable paths, the official openai
 # client against a live server, the page in headless Chromium, and the qwen35 hybrid
-# against transformers, every parser fuzzed for 30 s, and data-parallel training over MPI
+# against transformers, the CUDA kernels compiled by NVRTC, every parser fuzzed for 30 s, and
+# data-parallel training over MPI
 # (OpenMPI, installed by the script).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -23,6 +24,8 @@ bash scripts/browser-test.sh
 bash scripts/qwen35-test.sh
 # llama3 (rope_freqs) / qwen2 (biases) / qwen3 (q/k norms, head_dim) against transformers: toy score and toy finetune's step-1 loss
 bash scripts/families-test.sh
+# the CUDA feature without a GPU: every kernel compiles with PyPI's NVRTC, device listing
+bash scripts/cuda-kernels.sh
 # every parser under coverage-guided fuzzing for 30 s (cargo-fuzz, installed by the script),
 # after its committed regression inputs
 bash scripts/fuzz.sh 30

@@ -6,6 +6,7 @@ mod cmd_bench_train;
 mod cmd_chat;
 mod cmd_compare;
 mod cmd_data;
+mod cmd_devices;
 mod cmd_eval;
 mod cmd_eval_choice;
 mod cmd_eval_kld;
@@ -90,6 +91,9 @@ enum Cmd {
         after_help = "Examples:\n  toy quantize model-f32.gguf model-q4km.gguf --type Q4_K_M\n  toy quantize model-f32.gguf model-q4km.gguf --type Q4_K_M --imatrix imatrix.gguf\n  toy quantize runs/<id>/ckpt-000120.gguf small.gguf --type Q8_0 --pure"
     )]
     Quantize(cmd_quantize::Args),
+    /// List the CPU's features and the NVIDIA GPUs, or why there is none.
+    #[command(after_help = "Examples:\n  toy devices\n  toy devices --json")]
+    Devices(cmd_devices::Args),
     /// Compute an importance matrix over a text, for `toy quantize --imatrix`.
     #[command(
         after_help = "Examples:\n  toy imatrix -m model-f32.gguf -f data/text/gpl-3.txt -o imatrix.gguf\n  toy imatrix -m model-f32.gguf -f train.txt -c 512 --chunks 100"
@@ -207,6 +211,7 @@ fn run(cmd: Cmd) -> anyhow::Result<()> {
         Cmd::Template(a) => cmd_template::run(a),
         Cmd::Quantize(a) => cmd_quantize::run(a),
         Cmd::Imatrix(a) => cmd_imatrix::run(a),
+        Cmd::Devices(a) => cmd_devices::run(a),
         Cmd::Finetune(a) => cmd_finetune::run(a),
         Cmd::Merge(a) => cmd_merge::run(a),
         Cmd::Bench(a) => cmd_bench::run(a),

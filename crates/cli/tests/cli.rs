@@ -633,3 +633,24 @@ fn help_ends_with_examples() {
         assert!(ex.contains(&format!("toy {cmd}")), "{cmd}: {ex}");
     }
 }
+
+#[test]
+fn devices_lists_the_cpu_and_says_why_there_is_no_gpu() {
+    let out: Value = serde_json::from_str(&toy_ok(&["devices", "--json"])).unwrap();
+    assert!(out["cpu"]["threads"].as_u64().unwrap() >= 1, "{out}");
+    assert!(out["cpu"]["features"].is_array(), "{out}");
+    // this binary is built without the cuda feature (scripts/build.sh), so it says so; one
+    // built with it lists the GPUs or names what is missing (tinynn::device's tests)
+    match out["gpus"].as_array().unwrap().is_empty() {
+        true => assert!(
+            out["no_gpu"].as_str().unwrap().contains("without CUDA"),
+            "{out}"
+        ),
+        false => assert!(out["gpus"][0]["name"].is_string(), "{out}"),
+    }
+    let text = toy_ok(&["devices"]);
+    assert!(
+        text.starts_with("cpu: ") && text.contains("no GPU: "),
+        "{text}"
+    );
+}
