@@ -7,7 +7,7 @@ use std::path::PathBuf;
 use tinynn::quant::GgmlType;
 use toy::quantize::imatrix::Imatrix;
 use toy::quantize::mix::FileType;
-use toy::quantize::{plan, quantize_with, QuantizeOptions};
+use toy::quantize::{plan, quantize_with_progress, QuantizeOptions};
 
 #[derive(clap::Args)]
 pub struct Args {
@@ -98,7 +98,16 @@ pub fn run(a: Args) -> Result<()> {
         );
         return Ok(());
     }
-    let w = quantize_with(&src, &o)?;
+    let bar = indicatif::ProgressBar::new(100);
+    let style = "{bar:30} {percent}% of the weights, eta {eta}";
+    bar.set_style(
+        indicatif::ProgressStyle::with_template(style)
+            .unwrap_or_else(|_| indicatif::ProgressStyle::default_bar()),
+    );
+    let w = quantize_with_progress(&src, &o, &|done, total| {
+        bar.set_position(done * 100 / total.max(1))
+    })?;
+    bar.finish_and_clear();
     w.write_file(&a.output)
         .with_context(|| format!("writing '{}'", a.output.display()))?;
     let (before, after) = (

@@ -160,7 +160,22 @@ pub fn quantize_with<'a>(
     src: &'a GgufFile,
     o: &QuantizeOptions,
 ) -> Result<GgufWriter<'a>, QuantizeError> {
+    quantize_with_progress(src, o, &|_, _| {})
+}
+
+/// [`quantize_with`], calling `progress(done, total)` (in elements of the matrices that are
+/// converted) as each tensor is done.
+pub fn quantize_with_progress<'a>(
+    src: &'a GgufFile,
+    o: &QuantizeOptions,
+    progress: &(dyn Fn(u64, u64) + Sync),
+) -> Result<GgufWriter<'a>, QuantizeError> {
     let types = plan(src, o)?;
+    let total: u64 = (src.tensors.iter().zip(&types))
+        .filter(|(t, ty)| t.ty != **ty)
+        .map(|(t, _)| t.n_elements())
+        .sum();
+    let done = std::sync::atomic::AtomicU64::new(0);
     let converted: Vec<Option<Vec<u8>>> = src
         .tensors
         .par_iter()
@@ -180,6 +195,8 @@ pub fn quantize_with<'a>(
                     name: t.name.clone(),
                     source,
                 })?;
+            let d = done.fetch_add(n as u64, std::sync::atomic::Ordering::Relaxed) + n as u64;
+            progress(d, total);
             Ok(Some(out))
         })
         .collect::<Result<_, QuantizeError>>()?;
