@@ -49,7 +49,7 @@ pub struct Source {
 }
 
 /// toy's CUDA kernel sources, in `kernels/`.
-pub const SOURCES: [Source; 4] = [
+pub const SOURCES: [Source; 6] = [
     Source {
         name: "adamw.cu",
         text: include_str!("kernels/adamw.cu"),
@@ -65,6 +65,14 @@ pub const SOURCES: [Source; 4] = [
     Source {
         name: "elementwise.cu",
         text: include_str!("kernels/elementwise.cu"),
+    },
+    Source {
+        name: "rope.cu",
+        text: include_str!("kernels/rope.cu"),
+    },
+    Source {
+        name: "embedding.cu",
+        text: include_str!("kernels/embedding.cu"),
     },
 ];
 

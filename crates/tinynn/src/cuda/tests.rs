@@ -207,3 +207,62 @@ fn bf16_casts_match_the_cpu_bits() {
         assert_eq!(*g, crate::quant::float::f32_to_bf16(*v), "{v}");
     }
 }
+
+#[test]
+fn rope_matches_the_cpu_layer_bit_for_bit_both_ways() {
+    let Some(gpu) = gpu_or_skip("rope_matches_the_cpu_layer_bit_for_bit_both_ways") else {
+        return;
+    };
+    use crate::layers::rope::{Rope, RopeSpec};
+    let (rows, heads, d) = (12, 3, 64);
+    for neox in [false, true] {
+        let spec = RopeSpec {
+            head_dim: d,
+            n_rot: 48,
+            neox,
+            base: 10000.0,
+            freq_factors: Some((0..24).map(|i| 1.0 + i as f32 / 8.0).collect()),
+        };
+        let rope = Rope::with(&spec, rows);
+        let x = rand_vec(rows * heads * d, 6);
+        let s = &gpu.stream;
+        let (cos, sin) = rope.tables();
+        let (dc, ds) = (s.clone_htod(cos).unwrap(), s.clone_htod(sin).unwrap());
+        let pos: Vec<i32> = (0..rows as i32).collect();
+        let dp = s.clone_htod(&pos).unwrap();
+        let f = gpu.function(source("rope.cu"), "rope").unwrap();
+        for sign in [1.0f32, -1.0] {
+            let mut want = x.clone();
+            match sign > 0.0 {
+                true => rope.forward(&mut want, heads * d, heads, rows, rows),
+                false => rope.backward(&mut want, heads * d, heads, rows, rows),
+            }
+            let mut dx = s.clone_htod(&x).unwrap();
+            let (r, st, h, di, half, nx) = (
+                rows as i32,
+                (heads * d) as i32,
+                heads as i32,
+                d as i32,
+                24i32,
+                neox as i32,
+            );
+            let mut b = s.launch_builder(&f);
+            b.arg(&mut dx)
+                .arg(&dp)
+                .arg(&dc)
+                .arg(&ds)
+                .arg(&r)
+                .arg(&st)
+                .arg(&h)
+                .arg(&di);
+            b.arg(&half).arg(&nx).arg(&sign);
+            unsafe { b.launch(LaunchConfig::for_num_elems((rows * heads * 24) as u32)) }.unwrap();
+            let got = s.clone_dtoh(&dx).unwrap();
+            let same = got
+                .iter()
+                .zip(&want)
+                .all(|(a, b)| a.to_bits() == b.to_bits());
+            assert!(same, "neox {neox}, sign {sign}");
+        }
+    }
+}

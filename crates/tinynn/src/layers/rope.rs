@@ -119,6 +119,11 @@ impl Rope {
         }
     }
 
+    /// The (positions, R/2) cos and sin tables (for a device that turns by the same bits).
+    pub fn tables(&self) -> (&[f32], &[f32]) {
+        (&self.cos, &self.sin)
+    }
+
     /// Positions the tables cover.
     pub fn ctx(&self) -> usize {
         self.cos.len() / (self.n_rot / 2).max(1)
