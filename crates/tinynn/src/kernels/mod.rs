@@ -73,7 +73,7 @@ pub use rowdot::coarse_activations;
 /// An (n, k) matrix of `test_data` quantized row by row to `ty`, as bytes.
 #[cfg(test)]
 pub(crate) fn test_matrix(ty: crate::quant::GgmlType, n: usize, k: usize, seed: u64) -> Vec<u8> {
-    use crate::quant::GgmlType::{IQ4_NL, IQ4_XS};
+    use crate::quant::GgmlType::{IQ2_XS, IQ2_XXS, IQ4_NL, IQ4_XS};
     let rb = ty.row_bytes(k as u64).expect("whole blocks") as usize;
     if matches!(ty, IQ4_NL | IQ4_XS) {
         // no quantizer for these: random blocks, each starting with a small f16 scale
@@ -87,8 +87,11 @@ pub(crate) fn test_matrix(ty: crate::quant::GgmlType, n: usize, k: usize, seed: 
     }
     let wf = test_data(n * k, seed);
     let mut bytes = vec![0u8; rb * n];
+    // (the 2-bit lattice types are written only under importance weights: uniform ones)
+    let ones = vec![1f32; k];
+    let qw = matches!(ty, IQ2_XXS | IQ2_XS).then_some(&ones[..]);
     for (src, dst) in wf.chunks_exact(k).zip(bytes.chunks_exact_mut(rb)) {
-        crate::quant::quantize(ty, src, dst).expect("quantizable type");
+        crate::quant::quantize_row(ty, src, dst, qw).expect("quantizable type");
     }
     bytes
 }

@@ -55,10 +55,17 @@ fn is_iq4(ty: GgmlType) -> bool {
     matches!(ty, GgmlType::IQ4_NL | GgmlType::IQ4_XS)
 }
 
-/// Bytes of the 16 row scales at the start of a group's block: f16, or for the IQ4 types f32
-/// (a sub-block's scale d · (ls - 32) is exact in f32, not in f16).
+/// The lattice types whose 32-blocks are one f32 scale times small integers (IQ2_XXS,
+/// IQ3_XXS, IQ3_S: `quant::iq_lattice::block32`), repacked as Q8_0 with f32 scales: each
+/// weight a byte (2.6x IQ3_S's bits, read instead of decoding grids every product).
+fn is_lattice(ty: GgmlType) -> bool {
+    crate::quant::iq_lattice::has_block32(ty)
+}
+
+/// Bytes of the 16 row scales at the start of a group's block: f16, or for the IQ4 and
+/// lattice types f32 (a sub-block's scale d · (ls - 32) is exact in f32, not in f16).
 fn scale_bytes(ty: GgmlType) -> usize {
-    if is_iq4(ty) {
+    if is_iq4(ty) || is_lattice(ty) {
         64
     } else {
         32
@@ -68,7 +75,11 @@ fn scale_bytes(ty: GgmlType) -> usize {
 /// Bytes per group and block: 16 scales, the 16 rows' extra field, the 16 rows' chunks:
 /// exactly the original's size for Q4_0, Q4_1, Q5_0 and Q8_0.
 fn group_block_bytes(ty: GgmlType) -> usize {
-    let (extra, _, chunks) = layout(ty);
+    let (extra, _, chunks) = if is_lattice(ty) {
+        layout(GgmlType::Q8_0)
+    } else {
+        layout(ty)
+    };
     scale_bytes(ty) + G * extra + chunks * 64
 }
 
@@ -187,8 +198,9 @@ impl PackedQ4 {
         let ok = matches!(
             ty,
             GgmlType::Q4_0 | GgmlType::Q4_1 | GgmlType::Q5_0 | GgmlType::Q8_0
-        ) || (matches!(ty, GgmlType::Q5_1) || is_iq4(ty)) && super::qgemm::has_vnni();
-        let block = if ty == GgmlType::IQ4_XS { 256 } else { 32 };
+        ) || (matches!(ty, GgmlType::Q5_1) || is_iq4(ty) || is_lattice(ty))
+            && super::qgemm::has_vnni();
+        let block = ty.block_size();
         if !ok || !cols.is_multiple_of(block) || !has_packed_kernel(ty) {
             return None;
         }
@@ -206,6 +218,22 @@ impl PackedQ4 {
         for r in 0..w.rows {
             let (g, lane) = (r / G, r % G);
             let row = w.row(r);
+            if is_lattice(w.ty) {
+                let mut q = [0i8; 32];
+                for b in 0..nb {
+                    let sb = &row[(b / 8) * size..(b / 8 + 1) * size];
+                    let scale = crate::quant::iq_lattice::block32(w.ty, sb, b % 8, &mut q);
+                    let at = (g * nb + b) * gb;
+                    data[at + 4 * lane..at + 4 * lane + 4].copy_from_slice(&scale.to_le_bytes());
+                    for c in 0..8 {
+                        let o = at + 64 + c * 64 + 4 * lane;
+                        for (d, q) in data[o..o + 4].iter_mut().zip(&q[4 * c..4 * c + 4]) {
+                            *d = *q as u8 ^ Q8_FLIP;
+                        }
+                    }
+                }
+                continue;
+            }
             if is_iq4(w.ty) {
                 for b in 0..nb {
                     let (scale, qs) = iq4_block(w.ty, row, b);
@@ -250,6 +278,20 @@ impl PackedQ4 {
         let (g, lane, nb) = (r / G, r % G, self.cols / 32);
         let (extra, qs_at, chunks) = layout(self.ty);
         let data = self.data.as_slice();
+        if is_lattice(self.ty) {
+            for (b, out) in out[..self.cols].chunks_exact_mut(32).enumerate() {
+                let at = (g * nb + b) * self.gb;
+                let s = &data[at + 4 * lane..at + 4 * lane + 4];
+                let scale = f32::from_le_bytes([s[0], s[1], s[2], s[3]]);
+                for c in 0..8 {
+                    let o = at + 64 + c * 64 + 4 * lane;
+                    for (i, q) in data[o..o + 4].iter().enumerate() {
+                        out[4 * c + i] = scale * (q ^ Q8_FLIP) as i8 as f32;
+                    }
+                }
+            }
+            return;
+        }
         if is_iq4(self.ty) {
             use crate::quant::iq4::KVALUES_IQ4NL as KV;
             for (b, out) in out[..self.cols].chunks_exact_mut(32).enumerate() {
@@ -335,7 +377,10 @@ impl PackedQ4 {
                         by_tile_width!(tn, group_q5, true, COARSE; self, g, act, t0, res)
                     }
                     (true, GgmlType::Q8_0) => {
-                        by_tile_width!(tn, group_q8, COARSE; self, g, act, t0, res)
+                        by_tile_width!(tn, group_q8, false, COARSE; self, g, act, t0, res)
+                    }
+                    (true, GgmlType::IQ2_XXS | GgmlType::IQ3_XXS | GgmlType::IQ3_S) => {
+                        by_tile_width!(tn, group_q8, true, COARSE; self, g, act, t0, res)
                     }
                     (true, GgmlType::Q4_1) => {
                         by_tile_width!(tn, group, true, COARSE; self, g, act, t0, res)
@@ -408,6 +453,9 @@ mod tests {
             (GgmlType::IQ4_NL, 37, 576, 5),
             (GgmlType::IQ4_XS, 37, 512, 5),
             (GgmlType::IQ4_XS, 16, 1536, 1),
+            (GgmlType::IQ3_S, 37, 512, 5),
+            (GgmlType::IQ3_XXS, 16, 1536, 1),
+            (GgmlType::IQ2_XXS, 21, 256, 3),
         ] {
             if PackedQ4::bytes_for(ty, n, k).is_none() {
                 continue;

@@ -141,8 +141,9 @@ pub(super) unsafe fn group<const TN: usize, const Q41: bool, const COARSE: bool>
 /// One group of 16 Q8_0 rows against TN tokens: the weights are stored as w + 128
 /// (`repack`), unsigned against the activations as they are, and 128 · Σx comes off the sum,
 /// as Q4_0's 8 · Σx does: the same integers as Σw·x, with no per-token flip of the activations.
+/// F32: the scales are f32 (the lattice types' blocks, `repack::is_lattice`), not f16.
 #[target_feature(enable = "avx512f,avx512bw,avx512vnni,fma,f16c")]
-pub(super) unsafe fn group_q8<const TN: usize, const COARSE: bool>(
+pub(super) unsafe fn group_q8<const TN: usize, const F32: bool, const COARSE: bool>(
     p: &PackedQ4,
     g: usize,
     act: &SplitAct,
@@ -157,10 +158,16 @@ pub(super) unsafe fn group_q8<const TN: usize, const COARSE: bool>(
         if TN == 1 || t0 == 0 {
             prefetch_ahead(base, p.gb);
         }
-        let dw = _mm512_cvtph_ps(_mm256_loadu_si256(base as *const __m256i));
+        let (dw, at) = match F32 {
+            true => (_mm512_loadu_ps(base as *const f32), 64),
+            false => (
+                _mm512_cvtph_ps(_mm256_loadu_si256(base as *const __m256i)),
+                32,
+            ),
+        };
         let mut w = [_mm512_setzero_si512(); 8];
         for (c, w) in w.iter_mut().enumerate() {
-            *w = _mm512_loadu_si512(base.add(32 + 64 * c) as *const _);
+            *w = _mm512_loadu_si512(base.add(at + 64 * c) as *const _);
         }
         block_tokens::<TN, COARSE>(&w, dw, None, -128, act, (t0, nb, b), &mut acc, &mut acc2);
     }

@@ -14,7 +14,7 @@
 
 use super::float::f16_at;
 use super::iq_grids::*;
-use super::QK_K;
+use super::{GgmlType, QK_K};
 use half::f16;
 
 /// The signed offset every IQ1 weight carries.
@@ -23,11 +23,6 @@ const IQ1S_DELTA: f32 = 0.125;
 /// Byte `j` of grid entry `g` (entries pack their magnitudes little-endian).
 #[inline(always)]
 fn b64(g: u64, j: usize) -> f32 {
-    ((g >> (8 * j)) & 0xff) as u8 as f32
-}
-
-#[inline(always)]
-fn b32(g: u32, j: usize) -> f32 {
     ((g >> (8 * j)) & 0xff) as u8 as f32
 }
 
@@ -51,18 +46,7 @@ fn u32_at(x: &[u8], i: usize) -> u32 {
 }
 
 pub fn dequantize_block_iq2_xxs(x: &[u8; 66], y: &mut [f32; QK_K]) {
-    let d = f16_at(x, 0);
-    for ib in 0..QK_K / 32 {
-        let (a0, a1) = (u32_at(x, 2 + 8 * ib), u32_at(x, 6 + 8 * ib));
-        let db = d * (0.5 + (a1 >> 28) as f32) * 0.25;
-        for l in 0..4 {
-            let grid = IQ2XXS_GRID[((a0 >> (8 * l)) & 0xff) as usize];
-            let signs = KSIGNS_IQ2XS[((a1 >> (7 * l)) & 127) as usize];
-            for j in 0..8 {
-                y[32 * ib + 8 * l + j] = db * b64(grid, j) * sign(signs, j);
-            }
-        }
-    }
+    dequantize_by_block32(GgmlType::IQ2_XXS, x, y);
 }
 
 pub fn dequantize_block_iq2_xs(x: &[u8; 74], y: &mut [f32; QK_K]) {
@@ -103,40 +87,82 @@ pub fn dequantize_block_iq2_s(x: &[u8; 82], y: &mut [f32; QK_K]) {
 }
 
 pub fn dequantize_block_iq3_xxs(x: &[u8; 98], y: &mut [f32; QK_K]) {
+    dequantize_by_block32(GgmlType::IQ3_XXS, x, y);
+}
+
+pub fn dequantize_block_iq3_s(x: &[u8; 110], y: &mut [f32; QK_K]) {
+    dequantize_by_block32(GgmlType::IQ3_S, x, y);
+}
+
+/// Whether every 32 weights of `ty` share one scale: then a block is exactly an f32 scale
+/// times 32 small integers (`block32`), what the int8 kernels take (IQ2_XS and IQ2_S have a
+/// scale per 16, the IQ1 types an offset).
+pub fn has_block32(ty: GgmlType) -> bool {
+    matches!(ty, GgmlType::IQ2_XXS | GgmlType::IQ3_XXS | GgmlType::IQ3_S)
+}
+
+/// Sub-block `ib` (of 8) of super-block `x` of IQ2_XXS, IQ3_XXS or IQ3_S as its scale and
+/// its 32 signed grid values (|q| <= 62): element j decodes to exactly `scale * q[j]`, the
+/// bits of ggml's `db * grid * sign` (a sign flip is exact).
+pub fn block32(ty: GgmlType, x: &[u8], ib: usize, q: &mut [i8; 32]) -> f32 {
     let d = f16_at(x, 0);
-    let qs = &x[2..66];
-    for ib in 0..QK_K / 32 {
-        let aux = u32_at(x, 66 + 4 * ib);
-        let db = d * (0.5 + (aux >> 28) as f32) * 0.5;
-        for l in 0..4 {
-            let signs = KSIGNS_IQ2XS[((aux >> (7 * l)) & 127) as usize];
-            let g1 = IQ3XXS_GRID[qs[8 * ib + 2 * l] as usize];
-            let g2 = IQ3XXS_GRID[qs[8 * ib + 2 * l + 1] as usize];
-            let o = 32 * ib + 8 * l;
-            for j in 0..4 {
-                y[o + j] = db * b32(g1, j) * sign(signs, j);
-                y[o + j + 4] = db * b32(g2, j) * sign(signs, j + 4);
+    let mut put = |l: usize, g: [u8; 8], signs: u8| {
+        for j in 0..8 {
+            let v = g[j] as i8;
+            q[8 * l + j] = if signs & (1 << j) != 0 { -v } else { v };
+        }
+    };
+    let halves = |a: u32, b: u32| {
+        let (a, b) = (a.to_le_bytes(), b.to_le_bytes());
+        [a[0], a[1], a[2], a[3], b[0], b[1], b[2], b[3]]
+    };
+    match ty {
+        GgmlType::IQ2_XXS => {
+            let (a0, a1) = (u32_at(x, 2 + 8 * ib), u32_at(x, 6 + 8 * ib));
+            for l in 0..4 {
+                let grid = IQ2XXS_GRID[((a0 >> (8 * l)) & 0xff) as usize];
+                put(
+                    l,
+                    grid.to_le_bytes(),
+                    KSIGNS_IQ2XS[((a1 >> (7 * l)) & 127) as usize],
+                );
             }
+            d * (0.5 + (a1 >> 28) as f32) * 0.25
+        }
+        GgmlType::IQ3_XXS => {
+            let (qs, aux) = (&x[2..66], u32_at(x, 66 + 4 * ib));
+            for l in 0..4 {
+                let g1 = IQ3XXS_GRID[qs[8 * ib + 2 * l] as usize];
+                let g2 = IQ3XXS_GRID[qs[8 * ib + 2 * l + 1] as usize];
+                put(
+                    l,
+                    halves(g1, g2),
+                    KSIGNS_IQ2XS[((aux >> (7 * l)) & 127) as usize],
+                );
+            }
+            d * (0.5 + (aux >> 28) as f32) * 0.5
+        }
+        _ => {
+            let (qs, qh, signs, scales) = (&x[2..66], &x[66..74], &x[74..106], &x[106..110]);
+            let h = qh[ib] as usize;
+            for l in 0..4 {
+                let i1 = qs[8 * ib + 2 * l] as usize | ((h << (8 - 2 * l)) & 256);
+                let i2 = qs[8 * ib + 2 * l + 1] as usize | ((h << (7 - 2 * l)) & 256);
+                put(l, halves(IQ3S_GRID[i1], IQ3S_GRID[i2]), signs[4 * ib + l]);
+            }
+            let sc = scales[ib / 2] >> (4 * (ib % 2)) & 0xf;
+            d * (1 + 2 * sc as i32) as f32
         }
     }
 }
 
-pub fn dequantize_block_iq3_s(x: &[u8; 110], y: &mut [f32; QK_K]) {
-    let d = f16_at(x, 0);
-    let (qs, qh, signs, scales) = (&x[2..66], &x[66..74], &x[74..106], &x[106..110]);
-    for ib in 0..QK_K / 32 {
-        let sc = scales[ib / 2] >> (4 * (ib % 2)) & 0xf;
-        let db = d * (1 + 2 * sc as i32) as f32;
-        let h = qh[ib] as usize;
-        for l in 0..4 {
-            let i1 = qs[8 * ib + 2 * l] as usize | ((h << (8 - 2 * l)) & 256);
-            let i2 = qs[8 * ib + 2 * l + 1] as usize | ((h << (7 - 2 * l)) & 256);
-            let (g1, g2, s) = (IQ3S_GRID[i1], IQ3S_GRID[i2], signs[4 * ib + l]);
-            let o = 32 * ib + 8 * l;
-            for j in 0..4 {
-                y[o + j] = db * b32(g1, j) * sign(s, j);
-                y[o + j + 4] = db * b32(g2, j) * sign(s, j + 4);
-            }
+/// A super-block of a `has_block32` type through `block32`.
+fn dequantize_by_block32(ty: GgmlType, x: &[u8], y: &mut [f32; QK_K]) {
+    let mut q = [0i8; 32];
+    for (ib, y) in y.chunks_exact_mut(32).enumerate() {
+        let scale = block32(ty, x, ib, &mut q);
+        for (y, &q) in y.iter_mut().zip(&q) {
+            *y = scale * q as f32;
         }
     }
 }
