@@ -62,6 +62,14 @@ fn is_lattice(ty: GgmlType) -> bool {
     crate::quant::iq_lattice::has_block32(ty)
 }
 
+/// IQ2_XS and IQ2_S: a scale per 16 weights (`quant::iq_lattice::block16x2`). A group's
+/// block: the 16 rows' scales of the first halves, of the second halves (f32, 2 x 64 bytes),
+/// the rows' sums of their weights per half (i32, 2 x 64 bytes), then Q8_0's 8 chunks of
+/// signed weights (not flipped: here the activations are). 1.5 bytes a weight.
+fn is_halves(ty: GgmlType) -> bool {
+    crate::quant::iq_lattice::has_block16x2(ty)
+}
+
 /// Bytes of the 16 row scales at the start of a group's block: f16, or for the IQ4 and
 /// lattice types f32 (a sub-block's scale d · (ls - 32) is exact in f32, not in f16).
 fn scale_bytes(ty: GgmlType) -> usize {
@@ -75,6 +83,9 @@ fn scale_bytes(ty: GgmlType) -> usize {
 /// Bytes per group and block: 16 scales, the 16 rows' extra field, the 16 rows' chunks:
 /// exactly the original's size for Q4_0, Q4_1, Q5_0 and Q8_0.
 fn group_block_bytes(ty: GgmlType) -> usize {
+    if is_halves(ty) {
+        return 256 + 8 * 64;
+    }
     let (extra, _, chunks) = if is_lattice(ty) {
         layout(GgmlType::Q8_0)
     } else {
@@ -195,11 +206,12 @@ impl PackedQ4 {
 
     /// The bytes of the copy of a (rows, cols) matrix of `ty`, if this kernel takes it.
     pub fn bytes_for(ty: GgmlType, rows: usize, cols: usize) -> Option<usize> {
-        let ok = matches!(
-            ty,
-            GgmlType::Q4_0 | GgmlType::Q4_1 | GgmlType::Q5_0 | GgmlType::Q8_0
-        ) || (matches!(ty, GgmlType::Q5_1) || is_iq4(ty) || is_lattice(ty))
-            && super::qgemm::has_vnni();
+        let ok =
+            matches!(
+                ty,
+                GgmlType::Q4_0 | GgmlType::Q4_1 | GgmlType::Q5_0 | GgmlType::Q8_0
+            ) || (matches!(ty, GgmlType::Q5_1) || is_iq4(ty) || is_lattice(ty) || is_halves(ty))
+                && super::qgemm::has_vnni();
         let block = ty.block_size();
         if !ok || !cols.is_multiple_of(block) || !has_packed_kernel(ty) {
             return None;
@@ -218,6 +230,27 @@ impl PackedQ4 {
         for r in 0..w.rows {
             let (g, lane) = (r / G, r % G);
             let row = w.row(r);
+            if is_halves(w.ty) {
+                let mut q = [0i8; 32];
+                for b in 0..nb {
+                    let sb = &row[(b / 8) * size..(b / 8 + 1) * size];
+                    let sc = crate::quant::iq_lattice::block16x2(w.ty, sb, b % 8, &mut q);
+                    let at = (g * nb + b) * gb;
+                    for h in 0..2 {
+                        let sum: i32 = q[16 * h..16 * h + 16].iter().map(|&v| v as i32).sum();
+                        let (s_at, w_at) = (at + 64 * h + 4 * lane, at + 128 + 64 * h + 4 * lane);
+                        data[s_at..s_at + 4].copy_from_slice(&sc[h].to_le_bytes());
+                        data[w_at..w_at + 4].copy_from_slice(&sum.to_le_bytes());
+                    }
+                    for c in 0..8 {
+                        let o = at + 256 + c * 64 + 4 * lane;
+                        for (d, q) in data[o..o + 4].iter_mut().zip(&q[4 * c..4 * c + 4]) {
+                            *d = *q as u8;
+                        }
+                    }
+                }
+                continue;
+            }
             if is_lattice(w.ty) {
                 let mut q = [0i8; 32];
                 for b in 0..nb {
@@ -278,6 +311,21 @@ impl PackedQ4 {
         let (g, lane, nb) = (r / G, r % G, self.cols / 32);
         let (extra, qs_at, chunks) = layout(self.ty);
         let data = self.data.as_slice();
+        if is_halves(self.ty) {
+            let f32_at =
+                |i: usize| f32::from_le_bytes([data[i], data[i + 1], data[i + 2], data[i + 3]]);
+            for (b, out) in out[..self.cols].chunks_exact_mut(32).enumerate() {
+                let at = (g * nb + b) * self.gb;
+                let sc = [f32_at(at + 4 * lane), f32_at(at + 64 + 4 * lane)];
+                for c in 0..8 {
+                    let o = at + 256 + c * 64 + 4 * lane;
+                    for (i, q) in data[o..o + 4].iter().enumerate() {
+                        out[4 * c + i] = sc[c / 4] * *q as i8 as f32;
+                    }
+                }
+            }
+            return;
+        }
         if is_lattice(self.ty) {
             for (b, out) in out[..self.cols].chunks_exact_mut(32).enumerate() {
                 let at = (g * nb + b) * self.gb;
@@ -368,7 +416,7 @@ impl PackedQ4 {
                 use super::group_tiles::by_tile_width;
                 use super::repack_avx2::group as avx2_group;
                 use super::repack_avx2::{group_q5 as avx2_group_q5, group_q8 as avx2_group_q8};
-                use super::repack_vnni::{group, group_iq4, group_q5, group_q8};
+                use super::repack_vnni::{group, group_halves, group_iq4, group_q5, group_q8};
                 match (vnni, self.ty) {
                     (true, GgmlType::Q5_0) => {
                         by_tile_width!(tn, group_q5, false, COARSE; self, g, act, t0, res)
@@ -381,6 +429,9 @@ impl PackedQ4 {
                     }
                     (true, GgmlType::IQ2_XXS | GgmlType::IQ3_XXS | GgmlType::IQ3_S) => {
                         by_tile_width!(tn, group_q8, true, COARSE; self, g, act, t0, res)
+                    }
+                    (true, GgmlType::IQ2_XS | GgmlType::IQ2_S) => {
+                        by_tile_width!(tn, group_halves, COARSE; self, g, act, t0, res)
                     }
                     (true, GgmlType::Q4_1) => {
                         by_tile_width!(tn, group, true, COARSE; self, g, act, t0, res)
@@ -456,6 +507,8 @@ mod tests {
             (GgmlType::IQ3_S, 37, 512, 5),
             (GgmlType::IQ3_XXS, 16, 1536, 1),
             (GgmlType::IQ2_XXS, 21, 256, 3),
+            (GgmlType::IQ2_XS, 37, 512, 5),
+            (GgmlType::IQ2_S, 16, 1536, 1),
         ] {
             if PackedQ4::bytes_for(ty, n, k).is_none() {
                 continue;

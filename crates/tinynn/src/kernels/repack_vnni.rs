@@ -174,6 +174,68 @@ pub(super) unsafe fn group_q8<const TN: usize, const F32: bool, const COARSE: bo
     store(&acc, None, res);
 }
 
+/// One group of 16 IQ2_XS or IQ2_S rows against TN tokens (`repack`'s halves layout): each
+/// 32-block has two f32 scales per row, one per 16 weights, so each half is its own integer
+/// sum. The weights stay signed (|q| <= 43) and the activations take `vpdpbusd`'s unsigned
+/// side flipped to x + 128; the rows' weight sums per half (repacked) take the 128 · Σw (and,
+/// with both planes, 128 · 129 · Σw) back off.
+#[target_feature(enable = "avx512f,avx512bw,avx512vnni,fma")]
+pub(super) unsafe fn group_halves<const TN: usize, const COARSE: bool>(
+    p: &PackedQ4,
+    g: usize,
+    act: &SplitAct,
+    t0: usize,
+    res: &mut [[f32; G]; TT],
+) {
+    let nb = p.cols / 32;
+    let flip = _mm512_set1_epi8(-128);
+    let mut acc = [_mm512_setzero_ps(); TN];
+    for b in 0..nb {
+        let base = p.block(g, b);
+        if TN == 1 || t0 == 0 {
+            prefetch_ahead(base, p.gb);
+        }
+        let dw = [0, 64].map(|o| _mm512_loadu_ps(base.add(o) as *const f32));
+        let k = if COARSE { 128 } else { 128 * 129 };
+        let off = [128, 192].map(|o| {
+            let sums = _mm512_loadu_si512(base.add(o) as *const _);
+            _mm512_mullo_epi32(sums, _mm512_set1_epi32(-k))
+        });
+        let mut w = [_mm512_setzero_si512(); 8];
+        for (c, w) in w.iter_mut().enumerate() {
+            *w = _mm512_loadu_si512(base.add(256 + 64 * c) as *const _);
+        }
+        for j in 0..TN {
+            let tb = (t0 + j) * nb + b;
+            let (_, d, _) = act.unit_sums::<COARSE>(tb);
+            let xh = act.hi.qs.as_ptr().add(tb * 32) as *const i32;
+            let xl = act.lo.qs.as_ptr().add(tb * 32) as *const i32;
+            let bcast = |x: *const i32, c: usize| {
+                _mm512_xor_si512(_mm512_set1_epi32(std::ptr::read_unaligned(x.add(c))), flip)
+            };
+            let ds = _mm512_set1_ps(d);
+            for h in 0..2 {
+                let (mut ih, mut il) = (_mm512_setzero_si512(), _mm512_setzero_si512());
+                for c in 4 * h..4 * h + 4 {
+                    ih = _mm512_dpbusd_epi32(ih, bcast(xh, c), w[c]);
+                    if !COARSE {
+                        il = _mm512_dpbusd_epi32(il, bcast(xl, c), w[c]);
+                    }
+                }
+                let isum = match COARSE {
+                    true => _mm512_add_epi32(ih, off[h]),
+                    false => {
+                        _mm512_add_epi32(_mm512_add_epi32(_mm512_slli_epi32::<7>(ih), il), off[h])
+                    }
+                };
+                acc[j] =
+                    _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum), _mm512_mul_ps(dw[h], ds), acc[j]);
+            }
+        }
+    }
+    store(&acc, None, res);
+}
+
 /// ggml's 16 IQ4 levels plus 128, as unsigned bytes: `vpshufb` maps a nibble to its level
 /// (in each 128-bit lane), and 128 · Σx comes off the sum, as for Q8_0.
 const IQ4_LEVELS_U8: [u8; 16] = {

@@ -20,21 +20,6 @@ use half::f16;
 /// The signed offset every IQ1 weight carries.
 const IQ1S_DELTA: f32 = 0.125;
 
-/// Byte `j` of grid entry `g` (entries pack their magnitudes little-endian).
-#[inline(always)]
-fn b64(g: u64, j: usize) -> f32 {
-    ((g >> (8 * j)) & 0xff) as u8 as f32
-}
-
-#[inline(always)]
-fn sign(signs: u8, j: usize) -> f32 {
-    if signs & (1 << j) != 0 {
-        -1.0
-    } else {
-        1.0
-    }
-}
-
 #[inline(always)]
 fn u16_at(x: &[u8], i: usize) -> u16 {
     u16::from_le_bytes([x[i], x[i + 1]])
@@ -50,38 +35,67 @@ pub fn dequantize_block_iq2_xxs(x: &[u8; 66], y: &mut [f32; QK_K]) {
 }
 
 pub fn dequantize_block_iq2_xs(x: &[u8; 74], y: &mut [f32; QK_K]) {
-    let d = f16_at(x, 0);
-    for ib in 0..QK_K / 32 {
-        let sc = x[66 + ib];
-        let db = [
-            d * (0.5 + (sc & 0xf) as f32) * 0.25,
-            d * (0.5 + (sc >> 4) as f32) * 0.25,
-        ];
-        for l in 0..4 {
-            let q = u16_at(x, 2 + 2 * (4 * ib + l));
-            let grid = IQ2XS_GRID[(q & 511) as usize];
-            let signs = KSIGNS_IQ2XS[(q >> 9) as usize];
-            for j in 0..8 {
-                y[32 * ib + 8 * l + j] = db[l / 2] * b64(grid, j) * sign(signs, j);
-            }
-        }
-    }
+    dequantize_by_halves(GgmlType::IQ2_XS, x, y);
 }
 
 pub fn dequantize_block_iq2_s(x: &[u8; 82], y: &mut [f32; QK_K]) {
+    dequantize_by_halves(GgmlType::IQ2_S, x, y);
+}
+
+/// Whether each 16 weights of `ty` share one scale (IQ2_XS, IQ2_S): a 32-block is two f32
+/// scales times 32 small integers (`block16x2`).
+pub fn has_block16x2(ty: GgmlType) -> bool {
+    matches!(ty, GgmlType::IQ2_XS | GgmlType::IQ2_S)
+}
+
+/// Sub-block `ib` (of 8) of super-block `x` of IQ2_XS or IQ2_S as the scales of its two
+/// halves and its 32 signed grid values (|q| <= 43): element j decodes to exactly
+/// `scale[j / 16] * q[j]`, the bits of ggml's `db[l / 2] * grid * sign`.
+pub fn block16x2(ty: GgmlType, x: &[u8], ib: usize, q: &mut [i8; 32]) -> [f32; 2] {
     let d = f16_at(x, 0);
-    let (qs, signs, qh, scales) = (&x[2..34], &x[34..66], &x[66..74], &x[74..82]);
-    for ib in 0..QK_K / 32 {
-        let db = [
-            d * (0.5 + (scales[ib] & 0xf) as f32) * 0.25,
-            d * (0.5 + (scales[ib] >> 4) as f32) * 0.25,
-        ];
-        for l in 0..4 {
-            let idx = qs[4 * ib + l] as usize | ((qh[ib] as usize) << (8 - 2 * l) & 0x300);
-            let grid = IQ2S_GRID[idx];
-            for j in 0..8 {
-                y[32 * ib + 8 * l + j] = db[l / 2] * b64(grid, j) * sign(signs[4 * ib + l], j);
+    let sc = match ty {
+        GgmlType::IQ2_XS => {
+            for l in 0..4 {
+                let v = u16_at(x, 2 + 2 * (4 * ib + l));
+                let signs = KSIGNS_IQ2XS[(v >> 9) as usize];
+                put_signed(
+                    &mut q[8 * l..8 * l + 8],
+                    IQ2XS_GRID[(v & 511) as usize],
+                    signs,
+                );
             }
+            x[66 + ib]
+        }
+        _ => {
+            let (qs, signs, qh) = (&x[2..34], &x[34..66], &x[66..74]);
+            for l in 0..4 {
+                let idx = qs[4 * ib + l] as usize | ((qh[ib] as usize) << (8 - 2 * l) & 0x300);
+                put_signed(&mut q[8 * l..8 * l + 8], IQ2S_GRID[idx], signs[4 * ib + l]);
+            }
+            x[74 + ib]
+        }
+    };
+    [
+        d * (0.5 + (sc & 0xf) as f32) * 0.25,
+        d * (0.5 + (sc >> 4) as f32) * 0.25,
+    ]
+}
+
+/// The 8 magnitudes of grid entry `g`, negated where `signs` has the bit.
+fn put_signed(q: &mut [i8], g: u64, signs: u8) {
+    for (j, q) in q.iter_mut().enumerate() {
+        let v = ((g >> (8 * j)) & 0xff) as i8;
+        *q = if signs & (1 << j) != 0 { -v } else { v };
+    }
+}
+
+/// A super-block of a `has_block16x2` type through `block16x2`.
+fn dequantize_by_halves(ty: GgmlType, x: &[u8], y: &mut [f32; QK_K]) {
+    let mut q = [0i8; 32];
+    for (ib, y) in y.chunks_exact_mut(32).enumerate() {
+        let s = block16x2(ty, x, ib, &mut q);
+        for (j, (y, &q)) in y.iter_mut().zip(&q).enumerate() {
+            *y = s[j / 16] * q as f32;
         }
     }
 }
@@ -106,26 +120,14 @@ pub fn has_block32(ty: GgmlType) -> bool {
 /// bits of ggml's `db * grid * sign` (a sign flip is exact).
 pub fn block32(ty: GgmlType, x: &[u8], ib: usize, q: &mut [i8; 32]) -> f32 {
     let d = f16_at(x, 0);
-    let mut put = |l: usize, g: [u8; 8], signs: u8| {
-        for j in 0..8 {
-            let v = g[j] as i8;
-            q[8 * l + j] = if signs & (1 << j) != 0 { -v } else { v };
-        }
-    };
-    let halves = |a: u32, b: u32| {
-        let (a, b) = (a.to_le_bytes(), b.to_le_bytes());
-        [a[0], a[1], a[2], a[3], b[0], b[1], b[2], b[3]]
-    };
+    let mut put = |l: usize, g: u64, signs: u8| put_signed(&mut q[8 * l..8 * l + 8], g, signs);
+    let halves = |a: u32, b: u32| a as u64 | (b as u64) << 32;
     match ty {
         GgmlType::IQ2_XXS => {
             let (a0, a1) = (u32_at(x, 2 + 8 * ib), u32_at(x, 6 + 8 * ib));
             for l in 0..4 {
                 let grid = IQ2XXS_GRID[((a0 >> (8 * l)) & 0xff) as usize];
-                put(
-                    l,
-                    grid.to_le_bytes(),
-                    KSIGNS_IQ2XS[((a1 >> (7 * l)) & 127) as usize],
-                );
+                put(l, grid, KSIGNS_IQ2XS[((a1 >> (7 * l)) & 127) as usize]);
             }
             d * (0.5 + (a1 >> 28) as f32) * 0.25
         }
