@@ -62,12 +62,21 @@ fn is_lattice(ty: GgmlType) -> bool {
     crate::quant::iq_lattice::has_block32(ty)
 }
 
-/// IQ2_XS and IQ2_S: a scale per 16 weights (`quant::iq_lattice::block16x2`). A group's
+/// IQ2_XS, IQ2_S and Q3_K: a scale per 16 weights and small signed integers
+/// (`quant::iq_lattice::block16x2`, `quant::kquants::q3_k_block16x2`). A group's
 /// block: the 16 rows' scales of the first halves, of the second halves (f32, 2 x 64 bytes),
 /// the rows' sums of their weights per half (i32, 2 x 64 bytes), then Q8_0's 8 chunks of
 /// signed weights (not flipped: here the activations are). 1.5 bytes a weight.
 fn is_halves(ty: GgmlType) -> bool {
-    crate::quant::iq_lattice::has_block16x2(ty)
+    crate::quant::iq_lattice::has_block16x2(ty) || ty == GgmlType::Q3_K
+}
+
+/// 32-block `b` (of 8) of super-block `sb` of a halves type: two scales, 32 integers.
+fn halves_block(ty: GgmlType, sb: &[u8], b: usize, q: &mut [i8; 32]) -> [f32; 2] {
+    match ty {
+        GgmlType::Q3_K => crate::quant::kquants::q3_k_block16x2(sb, b, q),
+        _ => crate::quant::iq_lattice::block16x2(ty, sb, b, q),
+    }
 }
 
 /// Bytes of the 16 row scales at the start of a group's block: f16, or for the IQ4 and
@@ -234,7 +243,7 @@ impl PackedQ4 {
                 let mut q = [0i8; 32];
                 for b in 0..nb {
                     let sb = &row[(b / 8) * size..(b / 8 + 1) * size];
-                    let sc = crate::quant::iq_lattice::block16x2(w.ty, sb, b % 8, &mut q);
+                    let sc = halves_block(w.ty, sb, b % 8, &mut q);
                     let at = (g * nb + b) * gb;
                     for h in 0..2 {
                         let sum: i32 = q[16 * h..16 * h + 16].iter().map(|&v| v as i32).sum();
@@ -430,7 +439,7 @@ impl PackedQ4 {
                     (true, GgmlType::IQ2_XXS | GgmlType::IQ3_XXS | GgmlType::IQ3_S) => {
                         by_tile_width!(tn, group_q8, true, COARSE; self, g, act, t0, res)
                     }
-                    (true, GgmlType::IQ2_XS | GgmlType::IQ2_S) => {
+                    (true, GgmlType::IQ2_XS | GgmlType::IQ2_S | GgmlType::Q3_K) => {
                         by_tile_width!(tn, group_halves, COARSE; self, g, act, t0, res)
                     }
                     (true, GgmlType::Q4_1) => {
@@ -509,6 +518,8 @@ mod tests {
             (GgmlType::IQ2_XXS, 21, 256, 3),
             (GgmlType::IQ2_XS, 37, 512, 5),
             (GgmlType::IQ2_S, 16, 1536, 1),
+            (GgmlType::Q3_K, 37, 512, 5),
+            (GgmlType::Q3_K, 16, 1536, 1),
         ] {
             if PackedQ4::bytes_for(ty, n, k).is_none() {
                 continue;

@@ -174,9 +174,9 @@ pub(super) unsafe fn group_q8<const TN: usize, const F32: bool, const COARSE: bo
     store(&acc, None, res);
 }
 
-/// One group of 16 IQ2_XS or IQ2_S rows against TN tokens (`repack`'s halves layout): each
+/// One group of 16 IQ2_XS, IQ2_S or Q3_K rows against TN tokens (`repack`'s halves layout): each
 /// 32-block has two f32 scales per row, one per 16 weights, so each half is its own integer
-/// sum. The weights stay signed (|q| <= 43) and the activations take `vpdpbusd`'s unsigned
+/// sum. The weights stay signed (|q| <= 43; Q3_K's -4..=3) and the activations take `vpdpbusd`'s unsigned
 /// side flipped to x + 128; the rows' weight sums per half (repacked) take the 128 · Σw (and,
 /// with both planes, 128 · 129 · Σw) back off.
 #[target_feature(enable = "avx512f,avx512bw,avx512vnni,fma")]

@@ -60,23 +60,34 @@ pub fn dequantize_block_q2_k(x: &[u8; 84], y: &mut [f32; QK_K]) {
 }
 
 pub fn dequantize_block_q3_k(x: &[u8; 110], y: &mut [f32; QK_K]) {
+    let mut q = [0i8; 32];
+    for (b, y) in y.chunks_exact_mut(32).enumerate() {
+        let sc = q3_k_block16x2(x, b, &mut q);
+        for (j, (y, &q)) in y.iter_mut().zip(&q).enumerate() {
+            *y = sc[j / 16] * q as f32;
+        }
+    }
+}
+
+/// Elements 32b..32b+32 of a Q3_K super-block as the scales of its two 16-element
+/// sub-blocks (d times the 6-bit scale less 32, exact in f32) and its 32 values in -4..=3:
+/// element j decodes to exactly `scale[j / 16] * q[j]`. The low 2 bits of element
+/// 128n + 32h + l are bits 2h.. of qs[32n + l]; its high bit is bit 4n + h of hmask[l]
+/// (clear: the value is 4 less).
+pub fn q3_k_block16x2(x: &[u8], b: usize, q: &mut [i8; 32]) -> [f32; 2] {
     let (hmask, qs) = (&x[0..32], &x[32..96]);
     let scales = q3_k_scales(&x[96..108]);
     let d_all = f16_at(x, 108);
-    // As Q2_K, plus a high bit per element: bit `m` of hmask[l] for the m-th 32-element run.
-    for (n, out) in y.chunks_exact_mut(128).enumerate() {
-        let q = &qs[32 * n..32 * n + 32];
-        for (k, out) in out.chunks_exact_mut(16).enumerate() {
-            let dl = d_all * scales[8 * n + k] as f32;
-            let (shift, half) = (2 * (k / 2), 16 * (k % 2));
-            let m = 1u8 << (4 * n + k / 2);
-            for (l, o) in out.iter_mut().enumerate() {
-                let lo = ((q[half + l] >> shift) & 3) as i32;
-                let hi = if hmask[half + l] & m != 0 { 0 } else { 4 };
-                *o = dl * (lo - hi) as f32;
-            }
-        }
+    let (n, h) = (b / 4, b % 4);
+    let m = 1u8 << (4 * n + h);
+    for (l, q) in q.iter_mut().enumerate() {
+        let lo = ((qs[32 * n + l] >> (2 * h)) & 3) as i8;
+        *q = lo - if hmask[l] & m != 0 { 0 } else { 4 };
     }
+    [
+        d_all * scales[2 * b] as f32,
+        d_all * scales[2 * b + 1] as f32,
+    ]
 }
 
 pub fn dequantize_block_q4_k(x: &[u8; 144], y: &mut [f32; QK_K]) {
