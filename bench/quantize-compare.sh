@@ -10,7 +10,7 @@
 # matrix against those made with llama-imatrix's (bytes, KLD).
 #
 # Usage: bench/quantize-compare.sh MODEL-F32.gguf [TYPE...]
-# Environment: TEXT (../shared/golden/gpl-3.txt) to evaluate, CALIB (README.md and docs/*.md
+# Environment: KEEP=0 deletes each row's files once scored (large models); TEXT (../shared/golden/gpl-3.txt) to evaluate, CALIB (README.md and docs/*.md
 # joined) for the importance matrices, CTX (512), CHUNKS (all) for the evaluation, IMATRIX_TYPES
 # (the k-quants, legacy 4/5-bit and IQ4 types) for the imatrix half, OUT
 # (target/quantize-compare/NAME), LLAMA_BIN (target/llama-cpp/build-gcc/bin: llama-quantize,
@@ -65,10 +65,12 @@ row() {
   read -r tk tp < <(toy_kld "$to")
   read -r lk lp < <(llama_kld "$to")
   echo "| $t | $label | $(size "$to") | $(size "$lq") | $(same "$lq" "$to") | $tk | $lk | $tp | $lp |"
+  # large models: keep only what the last table needs (KEEP=1 keeps every file)
+  if [ "${KEEP:-1}" = 0 ]; then rm -f "$to"; [ "$label" = llama-imatrix ] || rm -f "$lq"; fi
 }
 
 echo
-echo "$name, $(date -u +%F), $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs) ($(grep -o -m1 -w 'avx512_vnni\|avx2' /proc/cpuinfo | head -1), $(nproc) threads); KLD against the F32 model on $(basename "$text"), ctx $ctx"
+echo "$name, $(date -u +%F), $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs) ($(grep -q avx512_vnni /proc/cpuinfo && echo AVX-512 VNNI || echo AVX2), $(nproc) threads); KLD against the F32 model on $(basename "$text"), ctx $ctx"
 echo
 echo "| type | imatrix | toy MiB | llama-quantize MiB | tensors | KLD (toy eval) | KLD (llama-perplexity) | PPL (toy) | PPL (llama.cpp) |"
 echo "|---|---|---|---|---|---|---|---|---|"
@@ -91,4 +93,5 @@ for t in "${itypes[@]}"; do
   read -r k1 _ < <(toy_kld "$lt")
   read -r k2 _ < <(toy_kld "$out/lq-llama-imatrix-$t.gguf")
   echo "| $t | $(same "$out/lq-llama-imatrix-$t.gguf" "$lt") | $k1 | $k2 |"
+  if [ "${KEEP:-1}" = 0 ]; then rm -f "$lt" "$out/lq-llama-imatrix-$t.gguf"; fi
 done
