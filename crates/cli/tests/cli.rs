@@ -325,11 +325,12 @@ fn eval_ppl_on_a_short_file() {
     assert_eq!(v["tokens"].as_u64(), Some((chunks * 128) as u64));
 }
 
-/// Quantize, then check the types written and that the new file still generates.
+/// Quantize (with `--pure`: every matrix in the type), then check the types written and that
+/// the new file still generates.
 fn quantize_and_run(test: &str, ty: &str, expect_type: impl Fn(u64) -> &'static str) {
     let dir = TempDir::new(test);
     let out = dir.path("out.gguf");
-    toy_ok(&["quantize", &model(), &arg(&out), "--type", ty]);
+    toy_ok(&["quantize", &model(), &arg(&out), "--type", ty, "--pure"]);
     let v = toy_json(&["inspect", &arg(&out), "--json"]);
     let mut matrices = 0;
     for t in v["tensors"].as_array().expect("tensors") {
@@ -368,6 +369,45 @@ fn quantize_q4_k_falls_back_to_q5_0_on_576_wide_rows() {
             "Q5_0"
         }
     });
+}
+
+#[test]
+fn quantize_q4_k_m_mixes_types_as_llama_quantize() {
+    // the tied embedding (576 wide: no 256-blocks) in Q8_0; FFN down (1536 wide) in Q6_K on
+    // the first and last eighth of the layers and every third between, Q4_K elsewhere
+    let dir = TempDir::new("quantize_q4_k_m");
+    let out = dir.path("out.gguf");
+    toy_ok(&["quantize", &model(), &arg(&out), "--type", "Q4_K_M"]);
+    let v = toy_json(&["inspect", &arg(&out), "--json"]);
+    let ty = |name: &str| {
+        let t = v["tensors"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|t| t["name"] == name);
+        t.unwrap_or_else(|| panic!("{name}"))["type"]
+            .as_str()
+            .unwrap()
+            .to_string()
+    };
+    assert_eq!(ty("token_embd.weight"), "Q8_0");
+    assert_eq!(ty("blk.0.ffn_down.weight"), "Q6_K");
+    assert_eq!(ty("blk.4.ffn_down.weight"), "Q4_K");
+    assert_eq!(ty("blk.5.ffn_down.weight"), "Q6_K");
+    assert_eq!(ty("blk.29.ffn_down.weight"), "Q6_K");
+    assert_eq!(ty("blk.4.attn_q.weight"), "Q5_0");
+    let plan = toy_ok(&[
+        "quantize",
+        &model(),
+        &arg(&out),
+        "--type",
+        "Q4_K_M",
+        "--dry-run",
+    ]);
+    assert!(
+        plan.contains("token_embd.weight") && plan.contains("Q4_K_M: "),
+        "{plan}"
+    );
 }
 
 #[test]
