@@ -39,7 +39,6 @@ const GROUP_MAX_EPS_IQ2_S: f32 = 1e-8;
 /// # Panics
 /// If `qw` is `None`: ggml's quantizer asserts "missing quantization weights" (IQ2_XXS is
 /// only made with an importance matrix). Also if the lengths do not fit.
-// not yet called outside the tests; quantize_row is to dispatch here
 pub(crate) fn quantize_iq2_xxs(x: &[f32], y: &mut [u8], qw: Option<&[f32]>) {
     let qw = qw.expect("IQ2_XXS needs importance weights (ggml: missing quantization weights)");
     check_row(x, y, Some(qw), 66);
@@ -118,7 +117,6 @@ fn quantize_block_iq2_xxs(search: &Search<8>, xbl: &[f32], qw: &[f32], blk: &mut
 /// # Panics
 /// If `qw` is `None`: ggml's quantizer asserts "missing quantization weights" (IQ2_XS is
 /// only made with an importance matrix). Also if the lengths do not fit.
-// not yet called outside the tests; quantize_row is to dispatch here
 pub(crate) fn quantize_iq2_xs(x: &[f32], y: &mut [u8], qw: Option<&[f32]>) {
     let qw = qw.expect("IQ2_XS needs importance weights (ggml: missing quantization weights)");
     check_row(x, y, Some(qw), 74);
@@ -186,7 +184,6 @@ fn quantize_block_iq2_xs(search: &Search<8>, xbl: &[f32], qw: &[f32], blk: &mut 
 ///
 /// # Panics
 /// If the lengths do not fit.
-// not yet called outside the tests; quantize_row is to dispatch here
 pub(crate) fn quantize_iq2_s(x: &[f32], y: &mut [u8], qw: Option<&[f32]>) {
     check_row(x, y, qw, 82);
     let search = Search {

@@ -295,7 +295,6 @@ pub(super) fn block_weights(qw: Option<&[f32]>, ibl: usize) -> Option<&[f32]> {
 ///
 /// # Panics
 /// If the lengths do not fit.
-// not yet called outside the tests; quantize_row is to dispatch here
 pub(crate) fn quantize_iq3_xxs(x: &[f32], y: &mut [u8], qw: Option<&[f32]>) {
     check_row(x, y, qw, 98);
     let search = Search {
@@ -364,7 +363,6 @@ fn quantize_block_iq3_xxs(search: &Search<4>, xbl: &[f32], qw: Option<&[f32]>, b
 ///
 /// # Panics
 /// If the lengths do not fit.
-// not yet called outside the tests; quantize_row is to dispatch here
 pub(crate) fn quantize_iq3_s(x: &[f32], y: &mut [u8], qw: Option<&[f32]>) {
     check_row(x, y, qw, 110);
     let search = Search {

@@ -6,28 +6,11 @@
 
 use super::iq2_quantize::{quantize_iq2_s, quantize_iq2_xs, quantize_iq2_xxs};
 use super::iq_quantize::{quantize_iq3_s, quantize_iq3_xxs};
-use super::reference_tests::{fnv1a, reference_row, XorShift};
+use super::reference_tests::{fnv1a, reference_row};
+use super::weighted_tests::{importance, N_PER_ROW};
 use super::GgmlType::{self, *};
 
-const N_PER_ROW: usize = 1024;
-
 type Quantizer = fn(&[f32], &mut [u8], Option<&[f32]>);
-
-/// Weights spread over four decades, with a zero every 97th column (an unused input); as in
-/// `weighted_tests`.
-fn importance() -> Vec<f32> {
-    let mut rng = XorShift(0x9e37_79b9);
-    (0..N_PER_ROW)
-        .map(|j| {
-            let u = rng.next_f32();
-            if j % 97 == 5 {
-                0.0
-            } else {
-                10f32.powf(2.0 * u) * (1.0 + 0.01 * (j % 7) as f32)
-            }
-        })
-        .collect()
-}
 
 /// 4 rows from the first 4096 values of `reference_row` with the quantizers' zero cases:
 /// super-block 3 all zero; of the other sub-blocks of 32, every 7th from the 2nd loses its

@@ -7,10 +7,10 @@ use super::reference_tests::{fnv1a, reference_row, XorShift};
 use super::{quantize_row, GgmlType};
 use GgmlType::*;
 
-const N_PER_ROW: usize = 1024;
+pub(super) const N_PER_ROW: usize = 1024;
 
 /// Weights spread over four decades, with a zero every 97th column (an unused input).
-fn importance() -> Vec<f32> {
+pub(super) fn importance() -> Vec<f32> {
     let mut rng = XorShift(0x9e37_79b9);
     (0..N_PER_ROW)
         .map(|j| {
