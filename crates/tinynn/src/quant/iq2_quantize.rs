@@ -24,7 +24,8 @@
 
 use super::float::f16_bytes;
 use super::iq_quantize::{
-    check_row, cmax, max_of, scale4, sub_block_signs, sum_squares, weights, Refit, Search,
+    check_row, cmax, max_of, scale4, signed_fit, sub_block_signs, sum_squares, weights, Refit,
+    Search,
 };
 use super::iq_quantize_init::iq2_lattice;
 use super::scale_search::{make_qp_quants, GROUP_MAX_EPS};
@@ -146,17 +147,19 @@ fn quantize_block_iq2_xs(search: &Search<8>, xbl: &[f32], qw: &[f32], blk: &mut 
         let xb = &xbl[16 * ib..16 * (ib + 1)];
         let qw = Some(&qw[16 * ib..16 * (ib + 1)]);
         weights(xb, qw, sigma2, 0.0, &mut weight, &mut waux);
-        let mut signs: [u8; 2] = sub_block_signs(xb, &weight, &mut xval, true);
-        let max = max_of(&xval);
-        if max < GROUP_MAX_EPS {
+        let fit = signed_fit::<_, 2>(
+            search,
+            xb,
+            (&weight, &waux),
+            &mut xval,
+            &mut l,
+            true,
+            GROUP_MAX_EPS,
+        );
+        let Some((scale, signs)) = fit else {
             scales[ib] = 0.0;
             continue;
-        }
-        let mut scale = search.scale(&xval, &weight, &waux, max, &mut l);
-        if scale < 0.0 {
-            scale = -scale;
-            signs = signs.map(|s| !s & 127);
-        }
+        };
         for k in 0..2 {
             let index = search.lattice.index_of(&l[8 * k..8 * (k + 1)]);
             q2[2 * ib + k] = index as u16 | (signs[k] as u16) << 9;
@@ -216,17 +219,19 @@ fn quantize_block_iq2_s(search: &Search<8>, xbl: &[f32], qw: Option<&[f32]>, blk
         let xb = &xbl[sub.clone()];
         let qw = qw.map(|w| &w[sub]);
         weights(xb, qw, sigma2, plain, &mut weight, &mut waux);
-        let mut signs: [u8; 2] = sub_block_signs(xb, &weight, &mut xval, false);
-        let max = max_of(&xval);
-        if max < GROUP_MAX_EPS_IQ2_S {
+        let fit = signed_fit::<_, 2>(
+            search,
+            xb,
+            (&weight, &waux),
+            &mut xval,
+            &mut l,
+            false,
+            GROUP_MAX_EPS_IQ2_S,
+        );
+        let Some((scale, signs)) = fit else {
             *scale_ib = 0.0;
             continue;
-        }
-        let mut scale = search.scale(&xval, &weight, &waux, max, &mut l);
-        if scale < 0.0 {
-            scale = -scale;
-            signs = signs.map(|s| !s);
-        }
+        };
         for k in 0..2 {
             let index = search.lattice.index_of(&l[8 * k..8 * (k + 1)]);
             let i8 = 2 * ib + k;

@@ -253,6 +253,32 @@ pub(super) fn sum_squares(xbl: &[f32]) -> f32 {
 }
 
 /// The largest of `xval` (ggml's `MAX` fold from the first).
+/// One sub-block's fit: its signs (folded out into `xval`, `parity` as for
+/// `sub_block_signs`) and the search's scale made positive, the signs flipped with it (ggml's
+/// `!s`, within the 7 stored bits under parity); `None` where the largest |x| is below `zero`
+/// (the sub-block counts as all zero; `f32::from_bits(1)` asks for exactly zero).
+pub(super) fn signed_fit<const N: usize, const S: usize>(
+    search: &Search<N>,
+    xb: &[f32],
+    (weight, waux): (&[f32], &[f32]),
+    xval: &mut [f32],
+    l: &mut [i8],
+    parity: bool,
+    zero: f32,
+) -> Option<(f32, [u8; S])> {
+    let signs: [u8; S] = sub_block_signs(xb, weight, xval, parity);
+    let max = max_of(xval);
+    if max < zero {
+        return None;
+    }
+    let scale = search.scale(xval, weight, waux, max, l);
+    if scale >= 0.0 {
+        return Some((scale, signs));
+    }
+    let mask = if parity { 127 } else { 255 };
+    Some((-scale, signs.map(|s| !s & mask)))
+}
+
 pub(super) fn max_of(xval: &[f32]) -> f32 {
     xval[1..].iter().fold(xval[0], |m, &x| cmax(m, x))
 }
@@ -323,17 +349,19 @@ fn quantize_block_iq3_xxs(search: &Search<4>, xbl: &[f32], qw: Option<&[f32]>, b
         let sub = 32 * ib..32 * (ib + 1);
         let xb = &xbl[sub.clone()];
         weights(xb, qw.map(|w| &w[sub]), sigma2, 0.0, &mut weight, &mut waux);
-        let mut signs: [u8; 4] = sub_block_signs(xb, &weight, &mut xval, true);
-        let max = max_of(&xval);
-        if max < GROUP_MAX_EPS_IQ3_XXS {
+        let fit = signed_fit::<_, 4>(
+            search,
+            xb,
+            (&weight, &waux),
+            &mut xval,
+            &mut l,
+            true,
+            GROUP_MAX_EPS_IQ3_XXS,
+        );
+        let Some((scale, signs)) = fit else {
             scales[ib] = 0.0;
             continue;
-        }
-        let mut scale = search.scale(&xval, &weight, &waux, max, &mut l);
-        if scale < 0.0 {
-            scale = -scale;
-            signs = signs.map(|s| !s & 127);
-        }
+        };
         for k in 0..8 {
             blk[2 + 8 * ib + k] = search.lattice.index_of(&l[4 * k..4 * (k + 1)]) as u8;
         }
@@ -402,17 +430,19 @@ fn quantize_block_iq3_s(search: &Search<4>, xbl: &[f32], qw: Option<&[f32]>, blk
         let sub = 32 * ib..32 * (ib + 1);
         let xb = &xbl[sub.clone()];
         weights(xb, qw.map(|w| &w[sub]), sigma2, 0.0, &mut weight, &mut waux);
-        let mut signs: [u8; 4] = sub_block_signs(xb, &weight, &mut xval, false);
-        let max = max_of(&xval);
-        if max == 0.0 {
+        let fit = signed_fit::<_, 4>(
+            search,
+            xb,
+            (&weight, &waux),
+            &mut xval,
+            &mut l,
+            false,
+            f32::from_bits(1),
+        );
+        let Some((scale, signs)) = fit else {
             scales[ib] = 0.0;
             continue;
-        }
-        let mut scale = search.scale(&xval, &weight, &waux, max, &mut l);
-        if scale < 0.0 {
-            scale = -scale;
-            signs = signs.map(|s| !s);
-        }
+        };
         for k in 0..8 {
             let index = search.lattice.index_of(&l[4 * k..4 * (k + 1)]);
             qs[qs_at + k] = index as u8;
