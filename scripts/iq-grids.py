@@ -23,6 +23,7 @@ for name, ty in want.items():
     per = 8 if ty != "u8" else 16
     for i in range(0, len(vals), per):
         lines.append("    " + ", ".join(vals[i:i + per]) + ",")
+    out.append("#[rustfmt::skip]")
     out.append(f"pub static {rust}: [{ty}; {len(vals)}] = [")
     out += lines
     out.append("];")
