@@ -12,6 +12,7 @@
 #include <math.h>
 #include "ggml.h"
 #include "ggml-quants.h"
+#include "quant-reference.h"
 
 // the few ggml.c functions ggml-quants.c calls
 void ggml_abort(const char * file, int line, const char * fmt, ...) {
@@ -38,41 +39,12 @@ size_t ggml_type_size(enum ggml_type t) { return T[find(t)].size; }
 size_t ggml_row_size(enum ggml_type t, int64_t n) { return T[find(t)].size * n / T[find(t)].blck; }
 const char * ggml_type_name(enum ggml_type t) { return T[find(t)].name; }
 
-static uint32_t s;
-static uint32_t next_u32(void) { s ^= s << 13; s ^= s >> 17; s ^= s << 5; return s; }
-static float next_f32(void) { return (float)(next_u32() >> 8) / (float)(1u << 23) - 1.0f; }
-static uint64_t fnv1a(const uint8_t * b, size_t n) {
-    uint64_t h = 0xcbf29ce484222325ull;
-    for (size_t i = 0; i < n; i++) { h ^= b[i]; h *= 0x100000001b3ull; }
-    return h;
-}
-
-#define N_PER_ROW 1024
-#define NROW 24
 #define NROW_EDGE 4
 
 int main(void) {
     static float x[NROW * N_PER_ROW], edge[NROW_EDGE * N_PER_ROW], w[N_PER_ROW];
     static uint8_t out[NROW * N_PER_ROW];
-    const float scales[6] = {1.0f, 0.01f, 100.0f, 0.0001f, 3.0f, 1e-6f};
-    s = 0x12345678;
-    for (int sb = 0; sb < 96; sb++) {
-        float scale = scales[sb % 6];
-        for (int i = 0; i < 256; i++) {
-            float u = next_f32(), v;
-            switch ((sb / 6) % 8) {
-                case 0: v = u; break;
-                case 1: v = u * u * u; break;
-                case 2: v = 2.0f + 0.5f * u; break;
-                case 3: v = i % 29 == 0 ? 10.0f * u : 0.1f * u; break;
-                case 4: v = i % 3 == 0 ? 0.0f : u; break;
-                case 5: v = -1.0f - fabsf(u); break;
-                case 6: v = roundf(u * 8.0f) / 8.0f; break;
-                default: { float a = next_f32(); float b = next_f32(); v = u + a + b; }
-            }
-            x[sb * 256 + i] = v * scale;
-        }
-    }
+    reference_rows(x);
     // edge rows: super-block 3 all zero; of the other sub-blocks of 32, every 7th from the
     // 2nd loses its first 16 values, every 5th from the 2nd is zero, every 5th from the 4th
     // is scaled by 1e-7 (below IQ3_XXS's GROUP_MAX_EPS where the row is small)
@@ -83,12 +55,7 @@ int main(void) {
         else if (sub % 5 == 3) v *= 1e-7f;
         edge[j] = v;
     }
-    // an importance matrix: mean squares spread over four decades, a few unused columns
-    s = 0x9e3779b9;
-    for (int j = 0; j < N_PER_ROW; j++) {
-        float u = next_f32();
-        w[j] = j % 97 == 5 ? 0.0f : powf(10.0f, 2.0f * u) * (1.0f + 0.01f * (j % 7));
-    }
+    importance(w);
     // ggml_quantize_init for these types
     iq2xs_init_impl(GGML_TYPE_IQ2_XXS);
     iq2xs_init_impl(GGML_TYPE_IQ2_XS);
