@@ -14,5 +14,6 @@ if [ ! -x "$venv/bin/pip" ]; then python3 -m venv "$venv"; fi
 "$venv/bin/pip" install -q "nvidia-cuda-nvrtc>=13,<14"
 lib=$(ls -d "$venv"/lib/python3*/site-packages/nvidia/cu13/lib | head -1)
 export LD_LIBRARY_PATH="$PWD/$lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
-export TOY_REQUIRE_NVRTC=1 CARGO_TARGET_DIR=target/cuda
+# no debug info: it only has to compile and run the checks (disk)
+export TOY_REQUIRE_NVRTC=1 CARGO_TARGET_DIR=target/cuda CARGO_PROFILE_DEV_DEBUG=false
 cargo test -p tinynn --features cuda --lib -- cuda:: device::

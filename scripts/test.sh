@@ -9,6 +9,9 @@
 # (OpenMPI, installed by the script).
 set -euo pipefail
 cd "$(dirname "$0")/.."
+# the disk is what a clean run can run out of (a clean build is several GB): say what is free
+df -h . | awk 'NR==2 {print "test.sh: " $4 " free on " $6 " at the start"}'
+trap 'df -h . | awk '"'"'NR==2 {print "test.sh: " $4 " free at the end"}'"'"'; du -sh target fuzz/target 2>/dev/null || true' EXIT
 bash scripts/fetch-model.sh
 bash scripts/build.sh
 cargo test --release --workspace
