@@ -13,6 +13,8 @@ use cudarc::driver::{sys as drv, CudaContext};
 use cudarc::nvrtc::{self, CompileError, CompileOptions, Ptx};
 use std::path::PathBuf;
 
+pub mod attention;
+pub mod gemm;
 mod runtime;
 pub use runtime::{Gpu, GpuError};
 
@@ -49,7 +51,7 @@ pub struct Source {
 }
 
 /// toy's CUDA kernel sources, in `kernels/`.
-pub const SOURCES: [Source; 6] = [
+pub const SOURCES: [Source; 9] = [
     Source {
         name: "adamw.cu",
         text: include_str!("kernels/adamw.cu"),
@@ -73,6 +75,18 @@ pub const SOURCES: [Source; 6] = [
     Source {
         name: "embedding.cu",
         text: include_str!("kernels/embedding.cu"),
+    },
+    Source {
+        name: "layernorm.cu",
+        text: include_str!("kernels/layernorm.cu"),
+    },
+    Source {
+        name: "act.cu",
+        text: include_str!("kernels/act.cu"),
+    },
+    Source {
+        name: "attention.cu",
+        text: include_str!("kernels/attention.cu"),
     },
 ];
 
@@ -170,5 +184,7 @@ pub fn compile_cached_in(
     Ok(ptx)
 }
 
+#[cfg(test)]
+mod layer_tests;
 #[cfg(test)]
 mod tests;

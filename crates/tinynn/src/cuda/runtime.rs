@@ -13,6 +13,8 @@ pub enum GpuError {
     Driver { index: usize, source: DriverError },
     #[error(transparent)]
     Kernel(#[from] KernelError),
+    #[error("{0}")]
+    Shape(String),
     #[error("kernel {name} has no function {function}")]
     NoFunction {
         name: &'static str,
@@ -43,6 +45,14 @@ impl Gpu {
             arch,
             modules: Mutex::new(HashMap::new()),
         })
+    }
+
+    /// A driver error of this device.
+    pub fn driver(&self, source: DriverError) -> GpuError {
+        GpuError::Driver {
+            index: self.index,
+            source,
+        }
     }
 
     /// Function `name` of kernel source `src`, compiling and loading it on first use.

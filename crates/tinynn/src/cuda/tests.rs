@@ -19,7 +19,7 @@ fn nvrtc_or_skip(test: &str) -> bool {
     false
 }
 
-fn gpu_or_skip(test: &str) -> Option<Gpu> {
+pub(super) fn gpu_or_skip(test: &str) -> Option<Gpu> {
     match gpus() {
         Ok(g) if !g.is_empty() => Some(Gpu::open(0).expect("open cuda:0")),
         Ok(_) => {
@@ -81,7 +81,7 @@ fn compiled_kernels_are_cached_by_source_and_architecture() {
     std::fs::remove_dir_all(&dir).ok();
 }
 
-fn rand_vec(n: usize, seed: u32) -> Vec<f32> {
+pub(super) fn rand_vec(n: usize, seed: u32) -> Vec<f32> {
     let mut s = seed.max(1);
     (0..n)
         .map(|_| {
@@ -93,7 +93,7 @@ fn rand_vec(n: usize, seed: u32) -> Vec<f32> {
         .collect()
 }
 
-fn source(name: &str) -> &'static Source {
+pub(super) fn source(name: &str) -> &'static Source {
     SOURCES.iter().find(|s| s.name == name).unwrap()
 }
 

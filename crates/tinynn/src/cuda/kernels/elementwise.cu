@@ -1,25 +1,6 @@
-// Elementwise pieces of a training step, each as its tinynn layer: SwiGLU (layers::act:
-// h = silu(g) * u and its gradients), f32 <-> bf16 casts (round to nearest even, as
+// Elementwise pieces of a training step, each as its tinynn layer: f32 <-> bf16 casts (round to nearest even, as
 // quant::float::f32_to_bf16), and the gradient norm's sum of squares (optim::clip) in two
 // deterministic passes: per-block partial sums in a fixed tree, then one block over them.
-__device__ __forceinline__ float silu(float x) { return x / (1.0f + expf(-x)); }
-
-extern "C" __global__ void swiglu_forward(const float* g, const float* u, float* h,
-                                          unsigned long long n) {
-    unsigned long long i = (unsigned long long)blockIdx.x * blockDim.x + threadIdx.x;
-    if (i < n) h[i] = silu(g[i]) * u[i];
-}
-
-// dg = dh * u * sigmoid(g) * (1 + g * (1 - sigmoid(g))); du = dh * silu(g)
-extern "C" __global__ void swiglu_backward(const float* g, const float* u, const float* dh,
-                                           float* dg, float* du, unsigned long long n) {
-    unsigned long long i = (unsigned long long)blockIdx.x * blockDim.x + threadIdx.x;
-    if (i >= n) return;
-    float s = 1.0f / (1.0f + expf(-g[i]));
-    dg[i] = dh[i] * u[i] * (s * (1.0f + g[i] * (1.0f - s)));
-    du[i] = dh[i] * (g[i] * s);
-}
-
 // bf16 as its 16 bits (no header needed): round to nearest even, NaN kept quiet
 extern "C" __global__ void f32_to_bf16(const float* x, unsigned short* y, unsigned long long n) {
     unsigned long long i = (unsigned long long)blockIdx.x * blockDim.x + threadIdx.x;
