@@ -10,7 +10,7 @@ use crate::layers::attention::Attention;
 use cudarc::driver::{CudaSlice, LaunchConfig, PushKernelArg};
 
 /// max |a - b| over max |b| (at least 1e-3): one relative error for a whole array.
-fn rel_err(a: &[f32], b: &[f32]) -> f32 {
+pub(super) fn rel_err(a: &[f32], b: &[f32]) -> f32 {
     assert_eq!(a.len(), b.len());
     let scale = b.iter().fold(1e-3f32, |m, v| m.max(v.abs()));
     a.iter().zip(b).fold(0f32, |m, (x, y)| m.max((x - y).abs())) / scale

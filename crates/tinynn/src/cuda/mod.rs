@@ -16,6 +16,7 @@ use std::path::PathBuf;
 pub mod attention;
 pub mod gemm;
 mod runtime;
+pub mod weights;
 pub use runtime::{Gpu, GpuError};
 
 /// Every GPU the driver sees, or why there is none.
@@ -51,7 +52,7 @@ pub struct Source {
 }
 
 /// toy's CUDA kernel sources, in `kernels/`.
-pub const SOURCES: [Source; 9] = [
+pub const SOURCES: [Source; 10] = [
     Source {
         name: "adamw.cu",
         text: include_str!("kernels/adamw.cu"),
@@ -87,6 +88,10 @@ pub const SOURCES: [Source; 9] = [
     Source {
         name: "attention.cu",
         text: include_str!("kernels/attention.cu"),
+    },
+    Source {
+        name: "dequant.cu",
+        text: include_str!("kernels/dequant.cu"),
     },
 ];
 
@@ -188,3 +193,5 @@ pub fn compile_cached_in(
 mod layer_tests;
 #[cfg(test)]
 mod tests;
+#[cfg(test)]
+mod weight_tests;
