@@ -51,48 +51,25 @@ pub struct Source {
     pub text: &'static str,
 }
 
+/// `Source`s from file names in `kernels/`.
+macro_rules! sources {
+    ($($name:literal),* $(,)?) => {
+        [$(Source { name: $name, text: include_str!(concat!("kernels/", $name)) }),*]
+    };
+}
+
 /// toy's CUDA kernel sources, in `kernels/`.
-pub const SOURCES: [Source; 10] = [
-    Source {
-        name: "adamw.cu",
-        text: include_str!("kernels/adamw.cu"),
-    },
-    Source {
-        name: "rmsnorm.cu",
-        text: include_str!("kernels/rmsnorm.cu"),
-    },
-    Source {
-        name: "cross_entropy.cu",
-        text: include_str!("kernels/cross_entropy.cu"),
-    },
-    Source {
-        name: "elementwise.cu",
-        text: include_str!("kernels/elementwise.cu"),
-    },
-    Source {
-        name: "rope.cu",
-        text: include_str!("kernels/rope.cu"),
-    },
-    Source {
-        name: "embedding.cu",
-        text: include_str!("kernels/embedding.cu"),
-    },
-    Source {
-        name: "layernorm.cu",
-        text: include_str!("kernels/layernorm.cu"),
-    },
-    Source {
-        name: "act.cu",
-        text: include_str!("kernels/act.cu"),
-    },
-    Source {
-        name: "attention.cu",
-        text: include_str!("kernels/attention.cu"),
-    },
-    Source {
-        name: "dequant.cu",
-        text: include_str!("kernels/dequant.cu"),
-    },
+pub const SOURCES: [Source; 10] = sources![
+    "adamw.cu",
+    "rmsnorm.cu",
+    "cross_entropy.cu",
+    "elementwise.cu",
+    "rope.cu",
+    "embedding.cu",
+    "layernorm.cu",
+    "act.cu",
+    "attention.cu",
+    "dequant.cu",
 ];
 
 #[derive(Debug, thiserror::Error)]
