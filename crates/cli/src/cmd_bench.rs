@@ -14,6 +14,8 @@ use toy::model::Logits;
 pub struct Args {
     #[command(flatten)]
     model: ModelArgs,
+    #[command(flatten)]
+    device: crate::common::DeviceArgs,
     /// Prompt tokens per prefill run.
     #[arg(short = 'p', long = "n-prompt", default_value_t = 512)]
     n_prompt: usize,
@@ -103,6 +105,7 @@ pub fn peak_rss_mib() -> Option<f64> {
 }
 
 pub fn run(a: Args) -> Result<()> {
+    a.device.cpu_only("toy bench")?;
     if let Some(recipe) = &a.train {
         return crate::cmd_bench_train::run(recipe, a.steps, &a.set, a.json);
     }

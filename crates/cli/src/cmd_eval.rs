@@ -33,6 +33,8 @@ pub struct PplArgs {
     #[command(flatten)]
     model: ModelArgs,
     #[command(flatten)]
+    device: crate::common::DeviceArgs,
+    #[command(flatten)]
     lora: LoraArgs,
     /// Text file to evaluate.
     #[arg(short = 'f', long)]
@@ -57,6 +59,7 @@ pub fn run(c: EvalCmd) -> Result<()> {
 }
 
 fn run_ppl(a: PplArgs) -> Result<()> {
+    a.device.cpu_only("toy eval ppl")?;
     let (model, tok) = load_with_lora(&a.model, &a.lora)?;
     let ids = read_tokens(&tok, &a.file)?;
     let bar = chunk_bar(ids.len() / a.ctx.max(1), "ppl");

@@ -16,6 +16,8 @@ pub struct Args {
     /// The recipe (TOML), e.g. recipes/sft-smollm2-lora.toml.
     #[arg(required_unless_present = "resume")]
     recipe: Option<PathBuf>,
+    #[command(flatten)]
+    device: crate::common::DeviceArgs,
     /// Override a recipe value, e.g. --set finetune.rank=8 (repeatable).
     #[arg(long = "set", value_name = "KEY=VALUE")]
     set: Vec<String>,
@@ -37,6 +39,7 @@ pub struct Args {
 }
 
 pub fn run(a: Args) -> Result<()> {
+    a.device.cpu_only("toy finetune")?;
     let (existing, recipe) = match (&a.resume, &a.recipe) {
         (Some(dir), _) => {
             let cfg = dir.join("config.toml");

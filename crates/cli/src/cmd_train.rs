@@ -19,6 +19,8 @@ pub struct Args {
     /// Override a recipe value, e.g. --set optim.lr=1e-3 (repeatable).
     #[arg(long = "set", value_name = "KEY=VALUE")]
     set: Vec<String>,
+    #[command(flatten)]
+    device: crate::common::DeviceArgs,
     /// Folder for the run folders.
     #[arg(long, default_value = "runs")]
     runs_dir: PathBuf,
@@ -114,6 +116,7 @@ fn run_vit(a: &Args, path: &std::path::Path) -> Result<()> {
 }
 
 pub fn run(a: Args) -> Result<()> {
+    a.device.cpu_only("toy train")?;
     let world = crate::ranks::world();
     let vit = match (&a.recipe, &a.resume) {
         (Some(path), _) if is_vit(path) => Some(path.clone()),

@@ -13,6 +13,40 @@ use toy::infer::sampler::DEFAULTS;
 use toy::model::Model;
 use toy::tokenizer::Tokenizer;
 
+/// `--device cpu|cuda[:N]|auto` (else `TOY_DEVICE`, else the CPU) on the commands that will
+/// run on a GPU (issue 39: train, finetune, bench, eval ppl). Their work has only a CPU path so
+/// far: `auto` says it takes the CPU and why; `cuda` is refused in one line naming what is
+/// missing (no GPU and why, or the GPU path itself).
+#[derive(Args, Clone, Debug, Default)]
+pub struct DeviceArgs {
+    /// Where the work runs: cpu, cuda, cuda:N or auto (a GPU when there is one); default
+    /// TOY_DEVICE, else cpu. Only the CPU runs these commands so far (docs/gpu.md).
+    #[arg(long, value_name = "DEVICE")]
+    pub device: Option<String>,
+}
+
+impl DeviceArgs {
+    /// Check the request for `what` (a command), which runs on the CPU only so far.
+    pub fn cpu_only(&self, what: &str) -> Result<()> {
+        use tinynn::device::{resolve, Device, DeviceRequest};
+        let req = DeviceRequest::from_flag_or_env(self.device.as_deref())?;
+        match (req, resolve(req)?) {
+            (DeviceRequest::Auto, (Device::Cpu, why)) => {
+                let why = why.map_or("no GPU".to_string(), |w| w.to_string());
+                eprintln!("device: cpu (auto: {why})");
+            }
+            (DeviceRequest::Auto, (Device::Cuda(n), _)) => {
+                eprintln!("device: cpu (auto: {what} has no GPU path yet, cuda:{n} stays idle; docs/gpu.md)")
+            }
+            (_, (Device::Cuda(n), _)) => bail!(
+                "{what} on cuda:{n} is not built yet: the GPU has its kernels but not this command (docs/gpu.md); run it with --device cpu"
+            ),
+            (_, (Device::Cpu, _)) => {}
+        }
+        Ok(())
+    }
+}
+
 /// Where `scripts/fetch-model.sh` puts the default model.
 pub const DEFAULT_MODEL: &str = "models/SmolLM2-135M-Instruct.Q4_1.gguf";
 

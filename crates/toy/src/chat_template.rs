@@ -78,6 +78,7 @@ impl ChatTemplate {
         env.set_unknown_method_callback(minijinja_contrib::pycompat::unknown_method_callback);
         env.add_function("raise_exception", raise_exception);
         env.add_filter("tojson", tojson);
+        crate::template_budget::add_filters(&mut env);
         env.add_template_owned(NAME, source.to_string())
             .map_err(|e| TemplateError::Syntax(describe(&e)))?;
         Ok(Self {
@@ -149,8 +150,14 @@ impl ChatTemplate {
             bos_token => self.bos_token,
             eos_token => self.eos_token,
         };
-        tmpl.render(ctx)
-            .map_err(|e| TemplateError::Render(describe(&e)))
+        let mut out = crate::template_budget::Output::default();
+        let r = crate::template_budget::with_deadline(|| tmpl.render_captured_to(ctx, &mut out));
+        match (r, out.stopped) {
+            (Ok(_), _) => String::from_utf8(out.text)
+                .map_err(|_| TemplateError::Render("the template wrote invalid UTF-8".into())),
+            (Err(_), Some(why)) => Err(TemplateError::Render(why)),
+            (Err(e), None) => Err(TemplateError::Render(describe(&e))),
+        }
     }
 }
 

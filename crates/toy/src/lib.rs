@@ -12,6 +12,7 @@ pub mod infer;
 pub mod model;
 pub mod quantize;
 pub mod ranks;
+pub mod template_budget;
 pub mod tokenizer;
 pub mod train;
 pub mod vision;
