@@ -177,6 +177,7 @@ fn raise_exception(msg: String) -> Result<Value, Error> {
 /// so `{"a": 1, "b": [1, 2]}` with Python's separators (minijinja's own `tojson` is compact
 /// and HTML-escapes). Keys come in minijinja's map order, which is sorted.
 fn tojson(value: &Value, kwargs: Kwargs) -> Result<Value, Error> {
+    crate::template_budget::check("tojson", value)?;
     let indent: Option<usize> = kwargs.get("indent")?;
     kwargs.assert_all_used()?;
     let mut out = String::new();

@@ -46,7 +46,7 @@ fn budget_error(what: String) -> Error {
 }
 
 /// Before a filter walks `v`: the deadline, and its length when it has one.
-fn check(filter: &str, v: &Value) -> Result<(), Error> {
+pub fn check(filter: &str, v: &Value) -> Result<(), Error> {
     if over_time() {
         return Err(budget_error(format!(
             "the template ran over its {} ms budget (at `{filter}`)",
