@@ -212,7 +212,7 @@ mod tests {
 
     fn render(src: &str, n: usize) -> (Result<String, String>, f64) {
         let msgs: Vec<ChatMessage> = (0..n)
-            .map(|i| ChatMessage::new(["user", "assistant"][i % 2], &format!("message {i}")))
+            .map(|i| ChatMessage::new(["user", "assistant"][i % 2], format!("message {i}")))
             .collect();
         let t = ChatTemplate::new(src, "<s>", "</s>").unwrap();
         let t0 = Instant::now();
