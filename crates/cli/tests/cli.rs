@@ -737,6 +737,8 @@ fn device_flags_take_the_cpu_refuse_cuda_in_one_line_and_name_bad_devices() {
         let out = toy(&[
             "eval",
             "ppl",
+            "-m",
+            &model(),
             "-f",
             &arg(&f),
             "--ctx",
