@@ -1,7 +1,8 @@
 //! End-to-end tests of `toy eval kld` and `toy eval choice` on SmolLM2-135M-Instruct Q4_1:
 //! a base written then read back, logging to a run, and bad input (a truncated base, a
 //! mismatched --ctx or text, a bad JSON line), which must fail with one `error: ...` line.
-//! The check that llama-perplexity reads toy's base is scripts/kld-llama-cpp.sh.
+//! The check that llama-perplexity reads toy's base is scripts/kld-llama-cpp.sh. Also the
+//! `--device` flag of the commands that will run on a GPU (train, finetune, bench, eval ppl).
 
 mod common;
 
@@ -208,4 +209,65 @@ fn lmc_and_drift_of_a_model_against_itself_log_flat_curves_to_a_run() {
     assert_eq!(names, ["lmc", "drift"]);
     let err = toy_err(&["eval", "lmc", &m, &arg(&dir.path("none.gguf")), "-f", &text]);
     assert!(err.contains("none.gguf"), "{err}");
+}
+
+#[test]
+fn device_flags_take_the_cpu_refuse_cuda_in_one_line_and_name_bad_devices() {
+    // where there is no GPU (or the GPU path is not there yet) cuda is one clear error line
+    let e = toy_err(&[
+        "train",
+        "recipes/tiny.toml",
+        "--device",
+        "cuda",
+        "--runs-dir",
+        "/nonexistent",
+    ]);
+    assert!(
+        e.starts_with("error: asked for cuda:0, but ") || e.contains("is not built yet"),
+        "{e}"
+    );
+    let e = toy_err(&[
+        "bench", "--device", "metal", "-p", "8", "-n", "0", "-r", "1",
+    ]);
+    assert_eq!(
+        e,
+        "error: unknown device 'metal': expected cpu, cuda, cuda:N or auto"
+    );
+    let e = toy_err(&[
+        "finetune",
+        "recipes/sft-smollm2-lora.toml",
+        "--device",
+        "cuda:7",
+    ]);
+    assert!(
+        e.starts_with("error: asked for cuda:7, but ") || e.contains("is not built yet"),
+        "{e}"
+    );
+    // auto runs on the CPU and says so; an explicit cpu says nothing
+    let text = TempDir::new("device-ppl");
+    let f = text.write(
+        "t.txt",
+        "The quick brown fox jumps over the lazy dog. ".repeat(8),
+    );
+    for (device, note) in [("auto", true), ("cpu", false)] {
+        let out = toy(&[
+            "eval",
+            "ppl",
+            "-m",
+            &model(),
+            "-f",
+            &arg(&f),
+            "--ctx",
+            "16",
+            "--device",
+            device,
+        ]);
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(out.status.success(), "{device}: {stderr}");
+        assert_eq!(
+            stderr.contains("device: cpu (auto: "),
+            note,
+            "{device}: {stderr}"
+        );
+    }
 }

@@ -81,12 +81,20 @@ pub enum GemmError {
     },
 }
 
-/// A cuBLASLt handle on a GPU's stream, its workspace and the algorithm kept for each shape.
+/// A cuBLASLt handle on a GPU's stream, its workspace and the plan kept for each shape.
 pub struct Gemm<'g> {
     gpu: &'g Gpu,
     handle: sys::cublasLtHandle_t,
     workspace: CudaSlice<u8>,
-    algos: Mutex<HashMap<Shape, sys::cublasLtMatmulAlgo_t>>,
+    plans: Mutex<HashMap<Shape, Plan>>,
+}
+
+/// One shape's descriptor, matrix layouts and algorithm: made the first time the shape is
+/// seen and kept (a training step repeats the same few dozen shapes every step).
+struct Plan {
+    desc: Desc,
+    layouts: Layouts,
+    algo: sys::cublasLtMatmulAlgo_t,
 }
 
 /// Workspace: NVIDIA's advice, 32 MiB on Hopper, 4 MiB before.
@@ -128,7 +136,7 @@ impl<'g> Gemm<'g> {
             gpu,
             handle: lt::create_handle()?,
             workspace,
-            algos: Mutex::new(HashMap::new()),
+            plans: Mutex::new(HashMap::new()),
         })
     }
 
@@ -168,17 +176,13 @@ impl<'g> Gemm<'g> {
         Ok((desc, Layouts([a, b, c])))
     }
 
-    /// The algorithm kept for `s`, asking the heuristic the first time.
-    fn algo(
+    /// The algorithm cuBLASLt's heuristic picks for `s` (asked once per shape, by [`Self::plan`]).
+    fn heuristic(
         &self,
         s: &Shape,
         desc: &Desc,
         l: &Layouts,
     ) -> Result<sys::cublasLtMatmulAlgo_t, GemmError> {
-        let mut algos = self.algos.lock().unwrap_or_else(|e| e.into_inner());
-        if let Some(a) = algos.get(s) {
-            return Ok(*a);
-        }
         let pref = lt::create_matmul_pref()?;
         let size = self.workspace.len();
         // no in-place reduction: split-K partial sums would add up in the output in any order
@@ -214,8 +218,18 @@ impl<'g> Gemm<'g> {
                 _ => GemmError::Cublas(e),
             })?
             .algo;
-        algos.insert(*s, algo);
         Ok(algo)
+    }
+
+    /// A new plan for `s`.
+    fn plan(&self, s: &Shape) -> Result<Plan, GemmError> {
+        let (desc, layouts) = self.describe(s)?;
+        let algo = self.heuristic(s, &desc, &layouts)?;
+        Ok(Plan {
+            desc,
+            layouts,
+            algo,
+        })
     }
 
     /// C (m, n) = alpha op(A) op(B) + beta C, column-major as BLAS; A and B f32 or bf16 bits,
@@ -251,8 +265,12 @@ impl<'g> Gemm<'g> {
             ldb: if trans_b { n } else { k } as i64,
             ldc: m as i64,
         };
-        let (desc, layouts) = self.describe(&s)?;
-        let algo = self.algo(&s, &desc, &layouts)?;
+        let mut plans = self.plans.lock().unwrap_or_else(|e| e.into_inner());
+        let plan = match plans.entry(s) {
+            std::collections::hash_map::Entry::Occupied(e) => e.into_mut(),
+            std::collections::hash_map::Entry::Vacant(e) => e.insert(self.plan(&s)?),
+        };
+        let (desc, layouts, algo) = (&plan.desc, &plan.layouts, plan.algo);
         let stream = &self.gpu.stream;
         let (pa, _ra) = a.device_ptr(stream);
         let (pb, _rb) = b.device_ptr(stream);
