@@ -4,7 +4,8 @@
 //! (`.strip()`, `.startswith()`, ...) through `minijinja_contrib::pycompat`, a
 //! `raise_exception` function, and `tojson` printing as Python's `json.dumps` does.
 
-use minijinja::value::{Kwargs, ValueKind};
+use minijinja::syntax::SyntaxConfig;
+use minijinja::value::{Kwargs, Serde, ValueKind};
 use minijinja::{context, Environment, Error, ErrorKind, Value};
 
 const NAME: &str = "chat_template";
@@ -69,16 +70,19 @@ impl ChatTemplate {
     /// Compiles `source`; a syntax error is reported here rather than at render time.
     pub fn new(source: &str, bos_token: &str, eos_token: &str) -> Result<Self, TemplateError> {
         let mut env = Environment::new();
-        env.set_keep_trailing_newline(true);
+        let syntax = SyntaxConfig::builder()
+            .keep_trailing_newline(true)
+            .trim_blocks(true)
+            .lstrip_blocks(true)
+            .build()
+            .map_err(|e| TemplateError::Syntax(describe(&e)))?;
+        env.set_syntax(syntax);
         // a template from a downloaded file runs on a budget: one that loops for ever (or
         // for a billion steps) stops with an error instead of hanging the server
         env.set_fuel(Some(FUEL));
-        env.set_trim_blocks(true);
-        env.set_lstrip_blocks(true);
         env.set_unknown_method_callback(minijinja_contrib::pycompat::unknown_method_callback);
         env.add_function("raise_exception", raise_exception);
         env.add_filter("tojson", tojson);
-        crate::template_budget::add_filters(&mut env);
         env.add_template_owned(NAME, source.to_string())
             .map_err(|e| TemplateError::Syntax(describe(&e)))?;
         Ok(Self {
@@ -144,11 +148,11 @@ impl ChatTemplate {
             .get_template(NAME)
             .map_err(|e| TemplateError::Render(describe(&e)))?;
         let ctx = context! {
-            messages => messages,
-            tools => tools.map(Value::from_serialize),
+            messages => Value::from(Serde(messages)),
+            tools => tools.map(|t| Value::from(Serde(t))),
             add_generation_prompt => add_generation_prompt,
-            bos_token => self.bos_token,
-            eos_token => self.eos_token,
+            bos_token => &self.bos_token,
+            eos_token => &self.eos_token,
         };
         let mut out = crate::template_budget::Output::default();
         let r = crate::template_budget::with_deadline(|| tmpl.render_captured_to(ctx, &mut out));

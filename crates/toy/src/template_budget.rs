@@ -1,18 +1,16 @@
-//! A chat template's budget beyond minijinja's fuel. Fuel counts instructions, but one
-//! instruction can be as long as its input: `{{ 3 * messages | sort }}` inside a loop over a
-//! long chat sorts and prints the whole chat on every turn (found by fuzzing: 3 s for 300
-//! messages), and `10**9 * messages` is a lazy list whose `| list` would never end. So a
-//! render also has
+//! A chat template's budget beyond minijinja's fuel. Since minijinja 3 fuel pays for
+//! instructions, output bytes and every item a built-in filter or operator visits, so
+//! `{{ 3 * messages | sort }}` inside a loop over a long chat (found by fuzzing: 3 s for 300
+//! messages on minijinja 2) and `7000016137029551615 * (x | sort)` (a lazy repeat of an empty
+//! list that minijinja 2 walked for ever) now end on fuel. As a backstop, and for toy's own
+//! filters, a render also has
 //! - a deadline (250 ms: a real template renders a 600-message chat in a few), checked on
-//!   every piece of output and at every filter that walks a sequence;
+//!   every piece of output and in toy's filters;
 //! - an output limit (16 MiB);
-//! - a length limit (1,000,000 items) on what those filters accept.
-//!
-//! The filters here replace minijinja's built-ins of the same names and call them.
+//! - a length limit (1,000,000 items) on what toy's filters accept.
 
-use minijinja::value::{Kwargs, Rest, StringInput, Value};
-use minijinja::{filters as builtin, Environment, Error, ErrorKind, State};
-use std::borrow::Cow;
+use minijinja::value::Value;
+use minijinja::{Error, ErrorKind};
 use std::cell::Cell;
 use std::time::{Duration, Instant};
 
@@ -97,114 +95,6 @@ impl std::io::Write for Output {
     }
 }
 
-type Res = Result<Value, Error>;
-type Seq = Result<Vec<Value>, Error>;
-
-/// Registers the guarded filters in `env`, over minijinja's.
-pub fn add_filters(env: &mut Environment<'static>) {
-    env.add_filter("sort", |s: &State, v: Value, k: Kwargs| -> Res {
-        check("sort", &v)?;
-        builtin::sort(s, v, k)
-    });
-    env.add_filter("dictsort", |v: &Value, k: Kwargs| -> Res {
-        check("dictsort", v)?;
-        builtin::dictsort(v, k)
-    });
-    env.add_filter("unique", |s: &State, v: Value, k: Kwargs| -> Res {
-        check("unique", &v)?;
-        builtin::unique(s, v, k)
-    });
-    env.add_filter("groupby", |v: Value, a: Option<&str>, k: Kwargs| -> Res {
-        check("groupby", &v)?;
-        builtin::groupby(v, a, k)
-    });
-    env.add_filter("list", |s: &State, v: Value| -> Res {
-        check("list", &v)?;
-        builtin::list(s, v)
-    });
-    env.add_filter("reverse", |v: &Value| -> Res {
-        check("reverse", v)?;
-        builtin::reverse(v)
-    });
-    env.add_filter("items", |v: &Value| -> Res {
-        check("items", v)?;
-        builtin::items(v)
-    });
-    env.add_filter("sum", |s: &State, v: Value| -> Res {
-        check("sum", &v)?;
-        builtin::sum(s, v)
-    });
-    env.add_filter("min", |s: &State, v: Value| -> Res {
-        check("min", &v)?;
-        builtin::min(s, v)
-    });
-    env.add_filter("max", |s: &State, v: Value| -> Res {
-        check("max", &v)?;
-        builtin::max(s, v)
-    });
-    env.add_filter("last", |v: Value| -> Res {
-        check("last", &v)?;
-        builtin::last(v)
-    });
-    env.add_filter("string", |s: &State, v: &Value| -> Res {
-        check("string", v)?;
-        builtin::string(s, v)
-    });
-    env.add_filter(
-        "join",
-        |s: &State, v: &Value, j: Option<StringInput<'_>>| -> Res {
-            check("join", v)?;
-            builtin::join(s, v, j)
-        },
-    );
-    env.add_filter(
-        "batch",
-        |s: &State, v: Value, n: usize, f: Option<Value>| -> Res {
-            check("batch", &v)?;
-            builtin::batch(s, v, n, f)
-        },
-    );
-    env.add_filter(
-        "slice",
-        |s: &State, v: Value, n: usize, f: Option<Value>| -> Res {
-            check("slice", &v)?;
-            builtin::slice(s, v, n, f)
-        },
-    );
-    env.add_filter("map", |s: &State, v: Value, a: Rest<Value>| -> Seq {
-        check("map", &v)?;
-        builtin::map(s, v, a)
-    });
-    env.add_filter(
-        "select",
-        |s: &State, v: Value, t: Option<Cow<'_, str>>, a: Rest<Value>| -> Seq {
-            check("select", &v)?;
-            builtin::select(s, v, t, a)
-        },
-    );
-    env.add_filter(
-        "reject",
-        |s: &State, v: Value, t: Option<Cow<'_, str>>, a: Rest<Value>| -> Seq {
-            check("reject", &v)?;
-            builtin::reject(s, v, t, a)
-        },
-    );
-    env.add_filter(
-        "selectattr",
-        |s: &State, v: Value, at: Cow<'_, str>, t: Option<Cow<'_, str>>, a: Rest<Value>| -> Seq {
-            check("selectattr", &v)?;
-            builtin::selectattr(s, v, at, t, a)
-        },
-    );
-    env.add_filter(
-        "rejectattr",
-        |s: &State, v: Value, at: Cow<'_, str>, t: Option<Cow<'_, str>>, a: Rest<Value>| -> Seq {
-            check("rejectattr", &v)?;
-            builtin::rejectattr(s, v, at, t, a)
-        },
-    );
-}
-
 #[cfg(test)]
 mod tests {
     use crate::chat_template::{ChatMessage, ChatTemplate};
@@ -228,14 +118,15 @@ mod tests {
             600,
         );
         let e = r.unwrap_err();
-        assert!(e.contains("budget") || e.contains("MiB"), "{e}");
+        assert!(e.contains("fuel") || e.contains("budget"), "{e}");
         assert!(secs < 0.6, "{secs} s");
         // and with no output at all
         let (r, secs) = render(
             "{% for m in messages %}{% set x = 3 * messages | sort %}{% endfor %}",
             600,
         );
-        assert!(r.unwrap_err().contains("ms budget"));
+        let e = r.unwrap_err();
+        assert!(e.contains("fuel") || e.contains("budget"), "{e}");
         assert!(secs < 0.6, "{secs} s");
     }
 
@@ -243,8 +134,24 @@ mod tests {
     fn a_lazy_billion_item_list_is_refused_before_it_is_walked() {
         let (r, secs) = render("{{ (1000000000 * messages) | list | length }}", 2);
         let e = r.unwrap_err();
-        assert!(e.contains("`list` got 2000000000 items"), "{e}");
+        assert!(e.contains("too large"), "{e}");
         assert!(secs < 0.1, "{secs} s");
+        // the fuzzer's second find: an empty list repeated 7e18 times, no item, no output
+        let (r, secs) = render("{{ 7000016137029551615 * ([] | sort) }}|", 2);
+        assert_eq!(r.unwrap(), "[]|");
+        assert!(secs < 0.1, "{secs} s");
+        let (r, secs) = render(
+            "{{ (7000016137029551615 * ([] | sort)) | list | length }}",
+            2,
+        );
+        assert_eq!(r.unwrap(), "0");
+        assert!(secs < 0.1, "{secs} s");
+    }
+
+    #[test]
+    fn toys_tojson_refuses_a_huge_list() {
+        let (r, _) = render("{{ range(2000000) | list | tojson }}", 1);
+        assert!(r.is_err());
     }
 
     #[test]
