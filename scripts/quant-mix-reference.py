@@ -1,9 +1,12 @@
 #!/usr/bin/env python3
 """Writes crates/toy/tests/fixtures/llama-quant-mix.json: the type llama-quantize (llama.cpp
-0c1e570) gives every tensor of three models under every file type toy writes, with and without
+0c1e570) gives every tensor of some models under every file type toy writes, with and without
 an importance matrix and with its override flags, from `llama-quantize --dry-run`. The test
 (crates/toy/tests/quantize_mix.rs) feeds the same names, shapes and hparams to toy's rules.
-Usage: scripts/quant-mix-reference.py LLAMA_BIN IMATRIX MODEL.gguf...   (not run in CI)"""
+Usage: scripts/quant-mix-reference.py LLAMA_BIN IMATRIX MODEL.gguf...   (not run in CI)
+The committed fixture: SmolLM2-135M-Instruct.F32.gguf, qwen2.5-coder-0.5b-instruct-q4_k_m.gguf,
+gemma-3-270m-q4_k_m.gguf and tiny-hybrid.gguf (crates/serve/tests/hybrid.rs writes it: qwen35,
+8 layers, 6 of them gated delta-net); --dry-run reads only names and shapes."""
 import json, os, re, subprocess, sys
 from gguf import GGUFReader
 

@@ -1,6 +1,6 @@
-//! toy's per-tensor type rules (`toy::quantize::mix`) against llama-quantize's: for three
-//! models (SmolLM2-135M, Qwen2.5-Coder-0.5B, Gemma 3 270M: their tensor names, shapes and
-//! hparams) and every file type toy writes, with and without an importance matrix and with
+//! toy's per-tensor type rules (`toy::quantize::mix`) against llama-quantize's: for four
+//! models (SmolLM2-135M, Qwen2.5-Coder-0.5B, Gemma 3 270M, and the tiny Qwen3.5 hybrid the
+//! serve tests write, for the `ssm_*` rules: their tensor names, shapes and hparams) and every file type toy writes, with and without an importance matrix and with
 //! --pure, --leave-output-tensor and the type overrides, the type of every tensor equals what
 //! `llama-quantize --dry-run` (llama.cpp 0c1e570) chose, recorded in
 //! tests/fixtures/llama-quant-mix.json by scripts/quant-mix-reference.py.
