@@ -32,8 +32,9 @@ pub struct Args {
     /// Print the result as one JSON object.
     #[arg(long)]
     json: bool,
-    /// Round the activations of the legacy types (Q4_0, Q4_1, Q5_0, Q8_0) to one 8-bit plane,
-    /// as ggml does, instead of toy's two: half their integer work, at ggml's fidelity. For
+    /// Round the activations of the integer products (the legacy types Q4_0, Q4_1, Q5_0, Q8_0
+    /// and the k-quants Q4_K, Q5_K, Q6_K) to one 8-bit plane, as ggml does, instead of toy's
+    /// two: half their integer work, at ggml's fidelity. For
     /// comparing kernels with llama.cpp and ik_llama.cpp like for like; toy's generate, serve
     /// and eval always take two planes (a speculative draft takes one).
     #[arg(long)]

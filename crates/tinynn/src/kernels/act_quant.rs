@@ -3,8 +3,9 @@
 //! values the integer kernels of that weight type see ("fake quantization"), so both paths
 //! give one product up to f32 rounding. ggml converts activations to the weight type's
 //! `vec_dot_type` (Q8_0 for Q4_0/Q5_0/Q8_0, Q8_1 for Q4_1/Q5_1, Q8_K for the k-quants, F16
-//! for F16); toy keeps that pairing but rounds the legacy types' activations onto two 8-bit
-//! planes (`act_split`), 128 times finer than ggml's one, with scales and sums in f32.
+//! for F16); toy keeps that pairing but rounds activations onto two 8-bit planes, far finer
+//! than ggml's one: the legacy types' (`act_split`, scales and sums in f32) and the k-quants'
+//! (x's Q8_K blocks, then Q8_K blocks of the remainder: `Q8KAct::quantize_planes`).
 
 use crate::quant::{GgmlType, QK_K};
 use half::{bf16, f16};
@@ -33,6 +34,16 @@ fn rne(x: f32) -> f32 {
 /// d = 1 / iscale kept in f32 (ggml's `quantize_row_q8_K_ref`; ggml moved from -128 to -127
 /// to keep the grid symmetric for its IQ kernels).
 fn round_q8k_blocks(x: &mut [f32]) {
+    let mut lo = x.to_vec();
+    round_q8k_plane(x);
+    // the second plane: what the first leaves, on its own Q8_K grid
+    lo.iter_mut().zip(x.iter()).for_each(|(l, h)| *l -= h);
+    round_q8k_plane(&mut lo);
+    x.iter_mut().zip(&lo).for_each(|(h, l)| *h += l);
+}
+
+/// One plane of [`round_q8k_blocks`].
+fn round_q8k_plane(x: &mut [f32]) {
     for b in x.chunks_mut(QK_K) {
         let max = b
             .iter()
@@ -55,7 +66,9 @@ pub fn round_for(w: GgmlType, x: &mut [f32], k: usize) {
         Some(GgmlType::Q8_0 | GgmlType::Q8_1) if k.is_multiple_of(32) => {
             super::act_split::round_in_place(x)
         }
-        Some(GgmlType::Q8_K) if k.is_multiple_of(QK_K) => round_q8k_blocks(x),
+        // two planes where the integer kernels take two (decode, batches under 64 tokens)
+        Some(GgmlType::Q8_K) if k.is_multiple_of(QK_K) && x.len() / k < 64 => round_q8k_blocks(x),
+        Some(GgmlType::Q8_K) if k.is_multiple_of(QK_K) => round_q8k_plane(x),
         Some(GgmlType::F16) => x.iter_mut().for_each(|v| *v = f16::from_f32(*v).to_f32()),
         Some(GgmlType::BF16) => x.iter_mut().for_each(|v| *v = bf16::from_f32(*v).to_f32()),
         _ => {}
@@ -87,7 +100,7 @@ mod tests {
     fn q8k_grid_maps_extreme_to_minus_127() {
         let mut x: Vec<f32> = (0..256).map(|i| (i as f32 - 100.0) / 10.0).collect();
         let before = x.clone();
-        round_for(GgmlType::Q4_K, &mut x, 256);
+        round_q8k_plane(&mut x);
         assert!((x[255] - before[255]).abs() < 1e-5);
         let step = 15.5 / 127.0;
         assert!(x
@@ -97,5 +110,14 @@ mod tests {
         let mut y = before.clone();
         round_for(GgmlType::F32, &mut y, 256);
         assert_eq!(y, before);
+        // the k-quants' two planes: within half a step of the second plane's grid
+        let mut z = before.clone();
+        round_for(GgmlType::Q4_K, &mut z, 256);
+        let fine = step / 2.0 / 127.0;
+        assert!(z
+            .iter()
+            .zip(&before)
+            .all(|(a, b)| (a - b).abs() <= fine / 2.0 + 1e-6));
+        assert!(z.iter().zip(&before).any(|(a, b)| a != b));
     }
 }

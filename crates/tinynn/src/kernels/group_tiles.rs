@@ -40,6 +40,45 @@ pub(crate) unsafe fn for_group_tiles<const TT: usize>(
     }
 }
 
+/// [`for_group_tiles`] over `planes` activation rows per token (2: rows 2t and 2t + 1 are
+/// token t's two planes, `Q8KAct::quantize_planes`): the kernel runs on the planes as tokens
+/// (TT must be even, so a tile holds whole tokens) and each token's result is the sum of its
+/// planes', first plus second. `tokens` counts tokens.
+///
+/// # Safety
+/// As [`for_group_tiles`].
+pub(crate) unsafe fn for_group_tiles_planes<const TT: usize>(
+    groups: Range<usize>,
+    tokens: Range<usize>,
+    planes: usize,
+    rows: usize,
+    out: *mut f32,
+    ldo: usize,
+    mut kernel: impl FnMut(usize, usize, usize, &mut [[f32; G]; TT]),
+) {
+    if planes == 1 {
+        return for_group_tiles(groups, tokens, rows, out, ldo, kernel);
+    }
+    debug_assert!(planes == 2 && TT.is_multiple_of(2));
+    let (p0, p1) = (2 * tokens.start, 2 * tokens.end);
+    for g in groups {
+        let mut t0 = p0;
+        while t0 < p1 {
+            let tn = (p1 - t0).min(TT);
+            let mut res = [[0f32; G]; TT];
+            kernel(g, t0, tn, &mut res);
+            let n = G.min(rows - g * G);
+            for j in (0..tn).step_by(2) {
+                let o = out.add((t0 + j) / 2 * ldo + g * G);
+                for (l, (a, b)) in res[j].iter().zip(&res[j + 1]).enumerate().take(n) {
+                    *o.add(l) = a + b;
+                }
+            }
+            t0 += TT;
+        }
+    }
+}
+
 /// `$kernel::<TN, $c...>($args)` with TN = `$tn` (a tile's token count, 1 to 4) as the
 /// constant the kernels are written for.
 macro_rules! by_tile_width {

@@ -230,3 +230,64 @@ fn new_rejects_wrong_sizes() {
         Err(QMatError::NotWholeBlocks { .. })
     ));
 }
+
+/// The k-quants' products read x in two Q8_K planes (`Q8KAct::quantize_planes`) in decode and
+/// batches under `ROW_DOT_BATCH` tokens: on every path (decode's row dots, a small batch, a
+/// matrix repacked at load) far closer to the exact product of the dequantized weights with x
+/// than ggml's one plane, which `coarse_activations` (a speculative draft) and prefill's
+/// batches keep.
+#[test]
+fn k_quant_products_read_two_planes_except_in_a_draft() {
+    use crate::kernels::repack::Packed;
+    let (n, k) = (40, 512);
+    for ty in [GgmlType::Q4_K, GgmlType::Q5_K, GgmlType::Q6_K] {
+        let bytes = super::super::test_matrix(ty, n, k, 11);
+        let w = QMat::new(ty, n, k, &bytes).unwrap();
+        let packed = Packed::new(&w);
+        for t in [1, 5, 63, 70] {
+            let x = data(t * k, 12);
+            // exact: dequantized rows times x as it is
+            let mut row = vec![0f32; k];
+            let mut exact = vec![0f64; t * n];
+            for r in 0..n {
+                w.dequantize_row(r, &mut row);
+                for j in 0..t {
+                    exact[j * n + r] = (0..k).map(|i| row[i] as f64 * x[j * k + i] as f64).sum();
+                }
+            }
+            let err = |y: &[f32]| {
+                y.iter()
+                    .zip(&exact)
+                    .map(|(a, b)| (*a as f64 - b).abs())
+                    .fold(0f64, f64::max)
+            };
+            let mut views = vec![("as stored", w)];
+            if let Some(p) = &packed {
+                views.push((
+                    "repacked",
+                    QMat {
+                        packed: Some(p),
+                        ..w
+                    },
+                ));
+            }
+            for (how, m) in views {
+                let (mut two, mut one) = (vec![0f32; t * n], vec![0f32; t * n]);
+                matmul(&m, &x, t, &mut two);
+                crate::kernels::coarse_activations(|| matmul(&m, &x, t, &mut one));
+                let (e2, e1) = (err(&two), err(&one));
+                if t >= ROW_DOT_BATCH {
+                    // prefill: one plane either way
+                    assert!(e2 > 1e-2, "{ty} {how} t={t}: {e2}");
+                    assert_eq!(two, one, "{ty} {how} t={t}");
+                    continue;
+                }
+                assert!(e2 < 2e-3, "{ty} {how} t={t}: two planes off by {e2}");
+                assert!(
+                    e2 * 20.0 < e1,
+                    "{ty} {how} t={t}: two planes off by {e2}, one plane by {e1}"
+                );
+            }
+        }
+    }
+}

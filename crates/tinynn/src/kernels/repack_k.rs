@@ -127,8 +127,8 @@ pub struct KGroups<'a> {
 }
 
 impl KGroups<'_> {
-    /// Rows of groups g0..g1 for tokens `tokens` of X, given as Q8_K blocks (T * K/256):
-    /// out[t * ldo + r].
+    /// Rows of groups g0..g1 for tokens `tokens` of X, given as Q8_K blocks in `planes` planes
+    /// a token (T * planes * K/256, `for_group_tiles_planes`): out[t * ldo + r].
     ///
     /// # Safety
     /// The CPU must have a kernel (`has_kernel`); `out` must be valid
@@ -138,23 +138,25 @@ impl KGroups<'_> {
         &self,
         groups: std::ops::Range<usize>,
         act: &Q8KAct,
+        planes: usize,
         tokens: std::ops::Range<usize>,
         out: *mut f32,
         ldo: usize,
     ) {
-        assert!(act.d.len() >= tokens.end * (self.cols / QK_K));
+        assert!(act.d.len() >= planes * tokens.end * (self.cols / QK_K));
         let vnni = super::qgemm::has_vnni();
         #[cfg(target_arch = "x86_64")]
-        super::group_tiles::for_group_tiles::<TT>(
+        super::group_tiles::for_group_tiles_planes::<TT>(
             groups,
             tokens,
+            planes,
             self.rows,
             out,
             ldo,
             |g, t0, tn, res| tile(vnni, self, g, act, t0, tn, res),
         );
         #[cfg(not(target_arch = "x86_64"))]
-        let _ = (groups, act, tokens, out, ldo);
+        let _ = (groups, act, planes, tokens, out, ldo);
     }
 }
 
@@ -247,7 +249,7 @@ thread_local! {
 pub unsafe fn prefill_rows(
     w: &QMat,
     rows: std::ops::Range<usize>,
-    act: &Q8KAct,
+    (act, planes): (&Q8KAct, usize),
     t: usize,
     out: *mut f32,
     ldo: usize,
@@ -263,6 +265,7 @@ pub unsafe fn prefill_rows(
         view.gemm_groups(
             0..rows.len().div_ceil(G),
             act,
+            planes,
             0..t,
             out.add(rows.start),
             ldo,

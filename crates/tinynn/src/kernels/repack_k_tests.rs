@@ -56,8 +56,8 @@ fn run(w: &QMat, data: &[u8], act: &Q8KAct, t: usize, split: usize) -> Vec<f32> 
     let groups = w.rows.div_ceil(G);
     // SAFETY: callers checked the kernel; y is (t, n); the two token ranges are disjoint.
     unsafe {
-        view.gemm_groups(0..groups, act, 0..split, y.as_mut_ptr(), w.rows);
-        view.gemm_groups(0..groups, act, split..t, y.as_mut_ptr(), w.rows);
+        view.gemm_groups(0..groups, act, 1, 0..split, y.as_mut_ptr(), w.rows);
+        view.gemm_groups(0..groups, act, 1, split..t, y.as_mut_ptr(), w.rows);
     }
     y
 }
@@ -165,7 +165,7 @@ fn q5_k_prefill_rows_match_the_whole_matrix_kernel() {
     // in chunks of 32 rows (and a short last one), as prefill's tasks take them
     for r0 in (0..n).step_by(32) {
         // SAFETY: kernel detected; y is (t, n); the chunks are disjoint.
-        unsafe { prefill_rows(&w, r0..(r0 + 32).min(n), &act, t, y.as_mut_ptr(), n) };
+        unsafe { prefill_rows(&w, r0..(r0 + 32).min(n), (&act, 1), t, y.as_mut_ptr(), n) };
     }
     assert_eq!(y, run(&w, &packed(&w), &act, t, 0));
 }

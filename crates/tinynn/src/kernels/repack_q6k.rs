@@ -77,7 +77,7 @@ thread_local! {
 pub unsafe fn prefill_rows(
     w: &QMat,
     rows: std::ops::Range<usize>,
-    act: &Q8KAct,
+    (act, planes): (&Q8KAct, usize),
     t: usize,
     out: *mut f32,
     ldo: usize,
@@ -92,7 +92,7 @@ pub unsafe fn prefill_rows(
             data: s,
         };
         let groups = 0..rows.len().div_ceil(G);
-        view.gemm_groups(groups, act, 0..t, out.add(rows.start), ldo)
+        view.gemm_groups(groups, act, planes, 0..t, out.add(rows.start), ldo)
     })
 }
 

@@ -34,7 +34,7 @@ fn check(n: usize, k: usize, t: usize, bytes: &[u8], x: &[f32]) {
     let mut y = vec![0f32; t * n];
     for r0 in (0..n).step_by(32) {
         // SAFETY: kernel detected; y is (t, n); the chunks of rows are disjoint.
-        unsafe { prefill_rows(&w, r0..(r0 + 32).min(n), &act, t, y.as_mut_ptr(), n) };
+        unsafe { prefill_rows(&w, r0..(r0 + 32).min(n), (&act, 1), t, y.as_mut_ptr(), n) };
     }
     for i in 0..t {
         let a = act.token(i, k / QK_K);
@@ -103,14 +103,15 @@ fn packed_q6_k_matrix_gives_decodes_bits_in_every_batch() {
     };
     for t in [1, 2, 4, 5, 8, 9, 12, 13] {
         let x = super::super::test_data(t * k, 3 + t as u64);
+        // x in two planes, each token's product their sum (`Q8KAct::quantize_planes`)
         let mut act = Q8KAct::default();
-        act.quantize(&x);
+        act.quantize_planes(&x, k, &mut Vec::new());
         let mut y = vec![0f32; t * n];
         crate::kernels::qmatmul::matmul(&wp, &x, t, &mut y);
         for i in 0..t {
-            let a = act.token(i, k / QK_K);
+            let (hi, lo) = (act.token(2 * i, k / QK_K), act.token(2 * i + 1, k / QK_K));
             for r in 0..n {
-                let want = packed_ref(w.row(r), &a);
+                let want = packed_ref(w.row(r), &hi) + packed_ref(w.row(r), &lo);
                 assert_eq!(y[i * n + r].to_bits(), want.to_bits(), "t={t} ({i},{r})");
             }
         }

@@ -64,7 +64,11 @@ impl RowDot {
                 );
                 out[0]
             }
-            Self::Q8K(f, _) => f(row, &acts.q8k.row()),
+            Self::Q8K(f, _) => {
+                // x's planes, summed in plane order (as a batch's `q8k_rows` sums them)
+                let nb = acts.q8k.d.len() / acts.q8k_planes;
+                (0..acts.q8k_planes).fold(0.0, |y, p| y + f(row, &acts.q8k.token(p, nb)))
+            }
             Self::F16 => dot_f16(row, &acts.f16),
         }
     }
@@ -75,7 +79,13 @@ impl RowDot {
 #[derive(Default)]
 pub(super) struct Acts {
     pub(super) split: SplitAct,
+    /// Q8_K blocks of each token, in `q8k_planes` planes: 2 (tokens 2t and 2t + 1 are token
+    /// t's planes, `Q8KAct::quantize_planes`) for decode and batches under `ROW_DOT_BATCH`
+    /// tokens, 1 for prefill's batches and inside `coarse_activations`.
     pub(super) q8k: Q8KAct,
+    pub(super) q8k_planes: usize,
+    /// The second plane's f32 input, on the way to `q8k`.
+    q8k_scratch: Vec<f32>,
     pub(super) f16: Vec<f32>,
     /// x as f16, on the way to `f16`.
     pub(super) f16_bits: Vec<half::f16>,
@@ -155,18 +165,36 @@ impl Forms {
 /// Run `f` on x converted to each of `forms`; the other forms are stale. A thread already
 /// inside a product (rayon lets a thread that waits in one product run another caller's,
 /// e.g. two models training in one process) converts into a fresh buffer instead.
-fn with_acts<R>(x: &[f32], forms: Forms, f: impl FnOnce(&Acts) -> R) -> R {
+/// `k` is x's row width (the products' K).
+fn with_acts<R>(x: &[f32], k: usize, forms: Forms, f: impl FnOnce(&Acts) -> R) -> R {
     ACTS.with(|cell| match cell.try_borrow_mut() {
-        Ok(mut acts) => convert_then(&mut acts, x, forms, f),
-        Err(_) => convert_then(&mut Acts::default(), x, forms, f),
+        Ok(mut acts) => convert_then(&mut acts, x, k, forms, f),
+        Err(_) => convert_then(&mut Acts::default(), x, k, forms, f),
     })
 }
 
-fn convert_then<R>(acts: &mut Acts, x: &[f32], forms: Forms, f: impl FnOnce(&Acts) -> R) -> R {
+fn convert_then<R>(
+    acts: &mut Acts,
+    x: &[f32],
+    k: usize,
+    forms: Forms,
+    f: impl FnOnce(&Acts) -> R,
+) -> R {
     {
         acts.coarse = COARSE.get();
         if forms.q8k {
-            acts.q8k.quantize(x);
+            // a prefill batch keeps ggml's one plane: two would double its integer work (the
+            // 1.5B Coder's pp256 halved); decode and small batches (memory-bound) take both
+            if acts.coarse || x.len() / k.max(1) >= ROW_DOT_BATCH {
+                acts.q8k.quantize(x);
+                acts.q8k_planes = 1;
+            } else {
+                let Acts {
+                    q8k, q8k_scratch, ..
+                } = &mut *acts;
+                q8k.quantize_planes(x, k, q8k_scratch);
+                acts.q8k_planes = 2;
+            }
         }
         if forms.split {
             acts.split.quantize(x);
@@ -195,7 +223,7 @@ pub(super) const ROW_DOT_BATCH: usize = 64;
 
 /// Decode's product: convert x once, then one row dot per output.
 pub(super) fn matvec_int8(w: &QMat, x: &[f32], y: &mut [f32], dot: RowDot) {
-    with_acts(x, Forms::of(&[dot]), |acts| {
+    with_acts(x, w.cols, Forms::of(&[dot]), |acts| {
         let chunk = (w.rows / (rayon::current_num_threads() * 4)).clamp(8, 256);
         let out = OutPtr(y.as_mut_ptr());
         crate::team::par_for(w.rows.div_ceil(chunk), |c| {
@@ -220,7 +248,7 @@ pub(super) fn int8_many(ws: &[QMat], x: &[f32], t: usize, ys: &mut [&mut [f32]],
     } else {
         Forms::default()
     };
-    with_acts(x, Forms::of(dots).with(tiles), |acts| {
+    with_acts(x, ws[0].cols, Forms::of(dots).with(tiles), |acts| {
         let outs: Vec<OutPtr> = ys.iter_mut().map(|y| OutPtr(y.as_mut_ptr())).collect();
         // each token's two planes, for a small batch on the row dots (X is (T, K) for all ws)
         let nb = x.len() / t.max(1) / 32;
@@ -232,10 +260,11 @@ pub(super) fn int8_many(ws: &[QMat], x: &[f32], t: usize, ys: &mut [&mut [f32]],
             } else {
                 (Vec::new(), Vec::new())
             };
-        // and each token's Q8_K blocks, for a small batch of k-quants
+        // and each token's Q8_K blocks (its planes in turn), for a small batch of k-quants
+        let planes = acts.q8k_planes;
         let kt: Vec<_> = if t > 1 && dots.iter().any(|d| matches!(d, RowDot::Q8K(..))) {
             let nbk = x.len() / t / QK_K;
-            (0..t).map(|j| acts.q8k.token(j, nbk)).collect()
+            (0..t * planes).map(|j| acts.q8k.token(j, nbk)).collect()
         } else {
             Vec::new()
         };
@@ -260,8 +289,12 @@ pub(super) fn int8_many(ws: &[QMat], x: &[f32], t: usize, ys: &mut [&mut [f32]],
                     r0..r0 + nr,
                     &kt,
                     (f, f4),
-                    // SAFETY: this task alone writes columns r0..r0+nr of this Y (T, N).
-                    |j, r, y| unsafe { *out.at(j * w.rows + r) = y },
+                    // SAFETY: this task alone writes columns r0..r0+nr of this Y (T, N); a
+                    // token's first plane comes first (`q8k_rows` goes up the tokens)
+                    |j, r, y| unsafe {
+                        let o = out.at(j / planes * w.rows + r);
+                        *o = if j % planes == 0 { y } else { *o + y };
+                    },
                 );
             } else if let RowDot::Q8_1(f, c) = dots.get(i).copied().unwrap_or(RowDot::F16) {
                 // a small batch (t < ROW_DOT_BATCH): each token on decode's row dot
@@ -339,7 +372,7 @@ fn packed_f16_many(ws: &[QMat], x: &[f32], t: usize, ys: &mut [&mut [f32]]) {
     use super::repack_f16::{GROUPS_PER_TASK, TOKENS_PER_TASK};
     // one token tile: nothing to keep in L2, so small tasks balance the threads better
     let per_task = if t <= 8 { 1 } else { GROUPS_PER_TASK };
-    with_acts(x, Forms::F16, |acts| {
+    with_acts(x, ws[0].cols, Forms::F16, |acts| {
         let outs: Vec<OutPtr> = ys.iter_mut().map(|y| OutPtr(y.as_mut_ptr())).collect();
         par_tiles(ws, t, per_task, TOKENS_PER_TASK, |i, g, tokens| {
             let Some(Packed::F16(p)) = ws[i].packed else {
@@ -358,7 +391,7 @@ fn packed_k_many(ws: &[QMat], x: &[f32], t: usize, ys: &mut [&mut [f32]]) {
     // decode: one group a task, so that many threads each get a share of a small matrix
     // (`team` hands them out in chunks)
     let per_task = if t == 1 { 1 } else { 2 };
-    with_acts(x, Forms::Q8K, |acts| {
+    with_acts(x, ws[0].cols, Forms::Q8K, |acts| {
         let outs: Vec<OutPtr> = ys.iter_mut().map(|y| OutPtr(y.as_mut_ptr())).collect();
         par_tiles(ws, t, per_task, t.max(1), |i, g, tokens| {
             let (out, ldo) = (outs[i].at(0), ws[i].rows);
@@ -369,7 +402,7 @@ fn packed_k_many(ws: &[QMat], x: &[f32], t: usize, ys: &mut [&mut [f32]]) {
             };
             // SAFETY: packs are only made where the kernel runs; this tile alone writes the
             // rows of groups g of output i (T, N_i).
-            unsafe { view.gemm_groups(g, &acts.q8k, tokens, out, ldo) };
+            unsafe { view.gemm_groups(g, &acts.q8k, acts.q8k_planes, tokens, out, ldo) };
         });
     })
 }
@@ -380,7 +413,7 @@ fn packed_k_many(ws: &[QMat], x: &[f32], t: usize, ys: &mut [&mut [f32]]) {
 /// `repack_q6k::prefill_rows`).
 pub(super) fn k_tiles_many(ws: &[QMat], x: &[f32], t: usize, ys: &mut [&mut [f32]]) {
     const ROWS: usize = 32;
-    with_acts(x, Forms::Q8K, |acts| {
+    with_acts(x, ws[0].cols, Forms::Q8K, |acts| {
         let outs: Vec<OutPtr> = ys.iter_mut().map(|y| OutPtr(y.as_mut_ptr())).collect();
         row_chunks(ws, ROWS).into_par_iter().for_each(|(i, r0)| {
             let w = &ws[i];
@@ -389,9 +422,23 @@ pub(super) fn k_tiles_many(ws: &[QMat], x: &[f32], t: usize, ys: &mut [&mut [f32
             // output i (T, N_i).
             unsafe {
                 if w.ty == GgmlType::Q6_K {
-                    super::repack_q6k::prefill_rows(w, rows, &acts.q8k, t, out, w.rows)
+                    super::repack_q6k::prefill_rows(
+                        w,
+                        rows,
+                        (&acts.q8k, acts.q8k_planes),
+                        t,
+                        out,
+                        w.rows,
+                    )
                 } else {
-                    super::repack_k::prefill_rows(w, rows, &acts.q8k, t, out, w.rows)
+                    super::repack_k::prefill_rows(
+                        w,
+                        rows,
+                        (&acts.q8k, acts.q8k_planes),
+                        t,
+                        out,
+                        w.rows,
+                    )
                 }
             }
         });
@@ -411,7 +458,7 @@ pub(super) fn k_tiles(w: &QMat) -> bool {
 /// Products on repacked 8-bit-kernel weights: X quantized once into two 8-bit planes
 /// (`act_split`); tiles of two groups over all tokens (one group a task in decode).
 fn packed_int8_many(ws: &[QMat], x: &[f32], t: usize, ys: &mut [&mut [f32]]) {
-    with_acts(x, Forms::SPLIT, |acts| {
+    with_acts(x, ws[0].cols, Forms::SPLIT, |acts| {
         let outs: Vec<OutPtr> = ys.iter_mut().map(|y| OutPtr(y.as_mut_ptr())).collect();
         let per_task = if t == 1 { 1 } else { 2 };
         par_tiles(ws, t, per_task, t.max(1), |i, g, _| {
