@@ -201,7 +201,7 @@ fn small_batch_dots(ws: &[QMat], t: usize) -> Option<Vec<RowDot>> {
         return None;
     }
     ws.iter()
-        .map(|w| RowDot::for_matrix(w).filter(|d| !matches!(d, RowDot::F16)))
+        .map(|w| RowDot::for_matrix(w).filter(|d| !matches!(d, RowDot::F16 | RowDot::BF16)))
         .collect()
 }
 
@@ -243,7 +243,9 @@ pub fn kernel_names(w: &QMat) -> (&'static str, &'static str) {
     if let Some(k) = packed {
         return (k, if amx { AMX } else { k });
     }
-    let decode = if RowDot::for_matrix(w).is_some() {
+    let decode = if let Some(RowDot::BF16) = RowDot::for_matrix(w) {
+        "bf16 row dot, x rounded to bf16 (AVX-512)"
+    } else if RowDot::for_matrix(w).is_some() {
         "int8 row dot (AVX2)"
     } else {
         "dequantize + f32 dot"

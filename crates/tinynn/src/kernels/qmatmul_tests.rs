@@ -26,6 +26,7 @@ fn matvec_and_matmul_match_reference_on_edge_shapes() {
     for ty in [
         GgmlType::F32,
         GgmlType::F16,
+        GgmlType::BF16,
         GgmlType::Q8_0,
         GgmlType::Q4_1,
         GgmlType::Q4_0,

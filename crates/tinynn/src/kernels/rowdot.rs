@@ -5,7 +5,7 @@
 //! `qgemm`'s tiles for prefill.
 
 use super::act_split::SplitAct;
-use super::f16dot::{dot_f16, has_fast_f16};
+use super::f16dot::{dot_bf16, dot_f16, has_fast_f16};
 use super::qdot::has_fast_q4_1;
 use super::qdot_k::{dot_q4_k, dot_q5_k, dot_q6_k, has_fast_k_quants, Q8KAct};
 use super::qdot_k_x4::{many_k, q8k_rows, DotMany, DotOne};
@@ -28,6 +28,8 @@ pub(super) enum RowDot {
     Q8K(DotOne, Option<DotMany>),
     /// f16 weights against x rounded to f16 (ggml's F16 `vec_dot_type`).
     F16,
+    /// bf16 weights against x rounded to bf16 (ggml's BF16 `vec_dot_type`).
+    BF16,
 }
 
 impl RowDot {
@@ -47,6 +49,7 @@ impl RowDot {
             Q5_K if q8k => Some(Self::Q8K(dot_q5_k, None)),
             Q6_K if q8k => Some(Self::Q8K(dot_q6_k, many_k(GgmlType::Q6_K))),
             F16 if has_fast_f16() => Some(Self::F16),
+            BF16 if has_fast_f16() => Some(Self::BF16),
             _ => None,
         }
     }
@@ -70,6 +73,7 @@ impl RowDot {
                 (0..acts.q8k_planes).fold(0.0, |y, p| y + f(row, &acts.q8k.token(p, nb)))
             }
             Self::F16 => dot_f16(row, &acts.f16),
+            Self::BF16 => dot_bf16(row, &acts.bf16),
         }
     }
 }
@@ -87,6 +91,8 @@ pub(super) struct Acts {
     /// The second plane's f32 input, on the way to `q8k`.
     q8k_scratch: Vec<f32>,
     pub(super) f16: Vec<f32>,
+    /// x rounded to bf16.
+    pub(super) bf16: Vec<f32>,
     /// x as f16, on the way to `f16`.
     pub(super) f16_bits: Vec<half::f16>,
     /// The legacy types' row dots read the coarse plane alone (`coarse_activations`).
@@ -119,6 +125,7 @@ thread_local! {
 struct Forms {
     q8k: bool,
     f16: bool,
+    bf16: bool,
     split: bool,
 }
 
@@ -126,6 +133,7 @@ impl Forms {
     const NONE: Forms = Forms {
         q8k: false,
         f16: false,
+        bf16: false,
         split: false,
     };
     const Q8K: Forms = Forms {
@@ -148,6 +156,10 @@ impl Forms {
                 RowDot::Q8_1(..) => Forms::SPLIT,
                 RowDot::Q8K(..) => Forms::Q8K,
                 RowDot::F16 => Forms::F16,
+                RowDot::BF16 => Forms {
+                    bf16: true,
+                    ..Forms::NONE
+                },
             })
         })
     }
@@ -157,6 +169,7 @@ impl Forms {
         Forms {
             q8k: self.q8k || o.q8k,
             f16: self.f16 || o.f16,
+            bf16: self.bf16 || o.bf16,
             split: self.split || o.split,
         }
     }
@@ -198,6 +211,11 @@ fn convert_then<R>(
         }
         if forms.split {
             acts.split.quantize(x);
+        }
+        if forms.bf16 {
+            acts.bf16.clear();
+            acts.bf16
+                .extend(x.iter().map(|v| half::bf16::from_f32(*v).to_f32()));
         }
         if forms.f16 {
             // through an f16 buffer: half's slice conversions run 8 lanes at a time (F16C)
