@@ -58,8 +58,8 @@ unsafe fn dot_bf16_avx512(row: &[u8], x: &[f32]) -> f32 {
     }
     let v = _mm512_add_ps(_mm512_add_ps(sum[0], sum[2]), _mm512_add_ps(sum[1], sum[3]));
     let mut total = _mm512_reduce_add_ps(v) as f64;
-    for i in steps * 64..k {
-        total += (bf16_at(row, i) * x[i]) as f64;
+    for (i, xv) in x.iter().enumerate().take(k).skip(steps * 64) {
+        total += (bf16_at(row, i) * xv) as f64;
     }
     total as f32
 }
