@@ -284,6 +284,10 @@ fn k_quant_products_read_two_planes_except_in_a_draft() {
                     continue;
                 }
                 assert!(e2 < 2e-3, "{ty} {how} t={t}: two planes off by {e2}");
+                if m.packed.is_none() && RowDot::for_matrix(&m).is_none() {
+                    // no integer kernel on this CPU: the f32 path, two planes in both modes
+                    continue;
+                }
                 assert!(
                     e2 * 20.0 < e1,
                     "{ty} {how} t={t}: two planes off by {e2}, one plane by {e1}"
