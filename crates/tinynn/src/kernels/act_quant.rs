@@ -7,6 +7,7 @@
 //! than ggml's one: the legacy types' (`act_split`, scales and sums in f32) and the k-quants'
 //! (x's Q8_K blocks, then Q8_K blocks of the remainder: `Q8KAct::quantize_planes`).
 
+use super::rowdot::ROW_DOT_BATCH;
 use crate::quant::{GgmlType, QK_K};
 use half::{bf16, f16};
 
@@ -66,8 +67,10 @@ pub fn round_for(w: GgmlType, x: &mut [f32], k: usize) {
         Some(GgmlType::Q8_0 | GgmlType::Q8_1) if k.is_multiple_of(32) => {
             super::act_split::round_in_place(x)
         }
-        // two planes where the integer kernels take two (decode, batches under 64 tokens)
-        Some(GgmlType::Q8_K) if k.is_multiple_of(QK_K) && x.len() / k < 64 => round_q8k_blocks(x),
+        // two planes where the integer kernels take two (decode, small batches: `rowdot`)
+        Some(GgmlType::Q8_K) if k.is_multiple_of(QK_K) && x.len() / k < ROW_DOT_BATCH => {
+            round_q8k_blocks(x)
+        }
         Some(GgmlType::Q8_K) if k.is_multiple_of(QK_K) => round_q8k_plane(x),
         Some(GgmlType::F16) => x.iter_mut().for_each(|v| *v = f16::from_f32(*v).to_f32()),
         Some(GgmlType::BF16) => x.iter_mut().for_each(|v| *v = bf16::from_f32(*v).to_f32()),

@@ -41,15 +41,24 @@ impl Q8KAct {
     /// Quantize `x` (a multiple of 256 long; a shorter tail is ignored) as ggml's
     /// `quantize_row_q8_K_ref`.
     pub fn quantize(&mut self, x: &[f32]) {
+        self.clear();
+        self.append(x);
+    }
+
+    fn clear(&mut self) {
         self.d.clear();
         self.qs.clear();
         self.bsums.clear();
+    }
+
+    /// [`Q8KAct::quantize`] of `x`'s blocks after those already held.
+    fn append(&mut self, x: &[f32]) {
         #[cfg(target_arch = "x86_64")]
         if super::q8k_avx512::available() {
-            let nb = x.len() / QK_K;
-            self.qs.resize(nb * QK_K, 0);
-            self.bsums.resize(nb * QK_K / 16, 0);
-            for (b, blk) in x.chunks_exact(QK_K).enumerate() {
+            let (b0, nb) = (self.d.len(), x.len() / QK_K);
+            self.qs.resize((b0 + nb) * QK_K, 0);
+            self.bsums.resize((b0 + nb) * QK_K / 16, 0);
+            for (b, blk) in (b0..).zip(x.chunks_exact(QK_K)) {
                 let qs = &mut self.qs[b * QK_K..(b + 1) * QK_K];
                 let bs = &mut self.bsums[b * 16..(b + 1) * 16];
                 // SAFETY: the CPU has the instructions; the slices hold one block
@@ -58,14 +67,17 @@ impl Q8KAct {
             }
             return;
         }
-        self.quantize_scalar(x)
+        self.append_scalar(x)
     }
 
     /// [`Q8KAct::quantize`] in scalar code (the reference of `q8k_avx512`).
+    #[cfg(test)]
     pub(crate) fn quantize_scalar(&mut self, x: &[f32]) {
-        self.d.clear();
-        self.qs.clear();
-        self.bsums.clear();
+        self.clear();
+        self.append_scalar(x);
+    }
+
+    fn append_scalar(&mut self, x: &[f32]) {
         for blk in x.chunks_exact(QK_K) {
             let (mut max, mut amax) = (0f32, 0f32);
             for &v in blk {
@@ -104,22 +116,20 @@ impl Q8KAct {
     /// Two planes of each token of `x` (rows of `k`, a multiple of 256), as tokens 2t (x's
     /// Q8_K blocks) and 2t + 1 (Q8_K blocks of what they leave, x - d q): a product against
     /// both, summed, sees x about 250 times finer than against the first alone (toy's rounding
-    /// of the legacy types' activations, `act_split`, for the k-quants). `scratch` holds the
-    /// planes' f32 inputs.
+    /// of the legacy types' activations, `act_split`, for the k-quants). `scratch` holds a
+    /// token's second plane in f32 on its way.
     pub fn quantize_planes(&mut self, x: &[f32], k: usize, scratch: &mut Vec<f32>) {
-        self.quantize(x);
-        scratch.clear();
-        scratch.reserve(2 * x.len());
-        for (t, xt) in x.chunks_exact(k).enumerate() {
-            scratch.extend_from_slice(xt);
-            let at = t * k;
-            for (b, blk) in xt.chunks_exact(QK_K).enumerate() {
-                let d = self.d[at / QK_K + b];
-                let q = &self.qs[at + b * QK_K..at + (b + 1) * QK_K];
+        self.clear();
+        for xt in x.chunks_exact(k) {
+            let b0 = self.d.len();
+            self.append(xt);
+            scratch.clear();
+            for (b, blk) in (b0..).zip(xt.chunks_exact(QK_K)) {
+                let (d, q) = (self.d[b], &self.qs[b * QK_K..(b + 1) * QK_K]);
                 scratch.extend(blk.iter().zip(q).map(|(v, &q)| v - d * q as f32));
             }
+            self.append(scratch);
         }
-        self.quantize(scratch);
     }
 
     /// All blocks, as a row.
