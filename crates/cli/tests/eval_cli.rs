@@ -214,17 +214,24 @@ fn lmc_and_drift_of_a_model_against_itself_log_flat_curves_to_a_run() {
 #[test]
 fn device_flags_take_the_cpu_refuse_cuda_in_one_line_and_name_bad_devices() {
     // where there is no GPU (or the GPU path is not there yet) cuda is one clear error line
-    let e = toy_err(&[
-        "train",
-        "recipes/tiny.toml",
-        "--device",
-        "cuda",
-        "--runs-dir",
-        "/nonexistent",
-    ]);
-    assert!(
-        e.starts_with("error: asked for cuda:0, but ") || e.contains("is not built yet"),
-        "{e}"
+    let refuses = |args: &[&str], n: usize| {
+        let e = toy_err(args);
+        assert!(
+            e.starts_with(&format!("error: asked for cuda:{n}, but "))
+                || e.contains("is not built yet"),
+            "{e}"
+        );
+    };
+    refuses(
+        &[
+            "train",
+            "recipes/tiny.toml",
+            "--device",
+            "cuda",
+            "--runs-dir",
+            "/nonexistent",
+        ],
+        0,
     );
     let e = toy_err(&[
         "bench", "--device", "metal", "-p", "8", "-n", "0", "-r", "1",
@@ -233,15 +240,14 @@ fn device_flags_take_the_cpu_refuse_cuda_in_one_line_and_name_bad_devices() {
         e,
         "error: unknown device 'metal': expected cpu, cuda, cuda:N or auto"
     );
-    let e = toy_err(&[
-        "finetune",
-        "recipes/sft-smollm2-lora.toml",
-        "--device",
-        "cuda:7",
-    ]);
-    assert!(
-        e.starts_with("error: asked for cuda:7, but ") || e.contains("is not built yet"),
-        "{e}"
+    refuses(
+        &[
+            "finetune",
+            "recipes/sft-smollm2-lora.toml",
+            "--device",
+            "cuda:7",
+        ],
+        7,
     );
     // auto runs on the CPU and says so; an explicit cpu says nothing
     let text = TempDir::new("device-ppl");
